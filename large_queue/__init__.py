@@ -1,0 +1,61 @@
+"""large_queue: durable FIFO queues far larger than one record, on Aerospike.
+
+Quick start::
+
+    import large_queue
+
+    store = large_queue.connect()                 # LARGE_QUEUE_URL, or an embedded file
+    queue = large_queue.Queue.create(store, "events", capacity=100_000)
+    queue.enqueue({"user": 7, "action": "login"})
+    entry = queue.dequeue()
+
+The original API (``LargeQueue``, ``ASAborted``) is kept for existing code.
+"""
+
+from __future__ import annotations
+
+from large_queue._seed import ASAborted, LargeQueue
+from large_queue.backends import Backend, connect
+from large_queue.errors import (
+    BackendError,
+    CorruptQueueError,
+    EntryTooLargeError,
+    InvalidArgumentError,
+    LargeQueueError,
+    LockLostError,
+    LockNotAcquiredError,
+    OutcomeUnknownError,
+    QueueExistsError,
+    QueueFullError,
+    QueueNotFoundError,
+    UnsupportedEntryError,
+)
+from large_queue.fencing import FencingToken
+from large_queue.lock import LockPolicy
+from large_queue.queue import Entry, Queue, QueueInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ASAborted",
+    "Backend",
+    "BackendError",
+    "CorruptQueueError",
+    "Entry",
+    "EntryTooLargeError",
+    "FencingToken",
+    "InvalidArgumentError",
+    "LargeQueue",
+    "LargeQueueError",
+    "LockLostError",
+    "LockNotAcquiredError",
+    "LockPolicy",
+    "OutcomeUnknownError",
+    "Queue",
+    "QueueExistsError",
+    "QueueFullError",
+    "QueueInfo",
+    "QueueNotFoundError",
+    "UnsupportedEntryError",
+    "connect",
+]

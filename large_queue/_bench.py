@@ -1,0 +1,144 @@
+"""``large-queue bench``: throughput and round trips per operation.
+
+Every figure is printed next to the raw single-record command rate of the
+same store, measured in the same run, so the numbers compare across machines:
+a ratio of 0.33 for single enqueues means the queue runs at one third of
+the rate of bare commands, which is what 3 round trips per enqueue cost.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from large_queue._records import QueueKeys
+from large_queue.backends import Backend, Increment, Read, WriteMode, connect
+from large_queue.queue import Queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    """One measured line of the report."""
+
+    name: str
+    operations: int
+    seconds: float
+    round_trips: int
+    unit: str = "ops"
+
+    @property
+    def rate(self) -> float:
+        """Operations (or entries) per second."""
+        return self.operations / self.seconds if self.seconds else 0.0
+
+    @property
+    def round_trips_per_operation(self) -> float:
+        """Store commands per operation."""
+        return self.round_trips / self.operations if self.operations else 0.0
+
+
+def _timed(name: str, backend: Backend, count: int, step: Callable[[int], int], *, unit: str = "ops",
+           progress: bool = True) -> Figure:
+    """Run ``step(i)`` ``count`` times; each returns how many operations it did."""
+    done = 0
+    before = backend.commands
+    start = time.perf_counter()
+    for i in tqdm(range(count), desc=name, leave=False, disable=not progress, mininterval=0.5):
+        done += step(i)
+    seconds = time.perf_counter() - start
+    return Figure(name=name, operations=done, seconds=seconds, round_trips=backend.commands - before, unit=unit)
+
+
+def _raw_commands(backend: Backend, count: int, progress: bool) -> Figure:
+    key = QueueKeys(name=f"bench-raw-{uuid.uuid4().hex[:8]}", metadata_namespace=backend.default_namespace,
+                    buffer_namespace=backend.default_namespace).metadata
+    backend.put(key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
+    try:
+        return _timed("raw single-record command", backend, count,
+                      lambda i: len(backend.operate(key, [Increment("n", 1), Read("n")])), progress=progress)
+    finally:
+        backend.remove(key)
+
+
+def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:
+    queue = Queue.open(connect(url), name)
+    producer = uuid.uuid4().hex[:6]
+    start_event.wait()
+    began = time.perf_counter()
+    for n in range(count):
+        queue.enqueue(f"{producer}:{n}")
+    results.put((time.perf_counter() - began, queue.backend.commands))
+
+
+def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, bool]:
+    """``processes`` producers enqueue at once; then check every entry arrived exactly once."""
+    backend = connect(url)
+    name = f"bench-conc-{uuid.uuid4().hex[:8]}"
+    queue = Queue.create(backend, name, capacity=processes * per_process, slots_per_record=100)
+    context = multiprocessing.get_context("spawn")
+    start_event, results = context.Event(), context.Queue()
+    workers = [context.Process(target=_producer_process, args=(url, name, per_process, start_event, results))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.5)  # let every interpreter start before the clock does
+    began = time.perf_counter()
+    start_event.set()
+    reports = [results.get() for _ in workers]
+    seconds = time.perf_counter() - began
+    for worker in workers:
+        worker.join()
+    values = [e.value for e in queue.dequeue_batch(processes * per_process)]
+    exact = len(values) == len(set(values)) == processes * per_process
+    Queue.delete(backend, name)
+    figure = Figure(name=f"{processes} producer process(es), single enqueue", operations=processes * per_process,
+                    seconds=seconds, round_trips=sum(commands for _, commands in reports))
+    return figure, exact
+
+
+def run(url: str, *, operations: int = 3000, batches: int = 300, batch_size: int = 100,
+        processes: int = 4, progress: bool = True) -> list[str]:
+    """Measure and return the report's lines."""
+    backend = connect(url)
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    capacity = max(operations, batches * batch_size)
+    queue = Queue.create(backend, name, capacity=capacity, slots_per_record=100)
+    try:
+        raw = _raw_commands(backend, operations, progress)
+        figures = [
+            _timed("enqueue (single)", backend, operations, lambda i: queue.enqueue({"n": i}) * 0 + 1,
+                   progress=progress),
+            _timed("dequeue (single)", backend, operations, lambda i: 1 if queue.dequeue() else 0,
+                   progress=progress),
+            _timed(f"enqueue (batches of {batch_size})", backend, batches,
+                   lambda i: len(queue.enqueue_batch([{"n": i, "k": k} for k in range(batch_size)])),
+                   unit="entries", progress=progress),
+            _timed(f"dequeue (batches of {batch_size})", backend, batches,
+                   lambda i: len(queue.dequeue_batch(batch_size)), unit="entries", progress=progress),
+        ]
+    finally:
+        Queue.delete(backend, name)
+    per_process = max(200, operations // processes)
+    one, one_exact = _concurrent(url, 1, per_process)
+    many, many_exact = _concurrent(url, processes, per_process)
+    lines = [
+        f"store: {backend!r}",
+        f"{'measure':45} {'rate':>14} {'round trips/op':>15} {'x raw rate':>11}",
+        f"{raw.name:45} {raw.rate:>10,.0f} ops/s {raw.round_trips_per_operation:>15.2f} {1.0:>11.2f}",
+    ]
+    for figure in [*figures, one, many]:
+        lines.append(
+            f"{figure.name:45} {figure.rate:>8,.0f} {figure.unit}/s"[: 45 + 15 + 1].ljust(61)
+            + f" {figure.round_trips_per_operation:>15.3f} {figure.rate / raw.rate:>11.2f}"
+        )
+    lines.append(
+        f"{processes} producers vs 1: aggregate {many.rate / one.rate:.2f}x;"
+        f" every entry exactly once: {one_exact and many_exact}"
+    )
+    return lines

@@ -1,0 +1,171 @@
+"""How a queue is laid out in records: keys, bin names, shape and offset math.
+
+I/O-free. A queue named ``q`` is the set ``q`` holding one metadata record
+(key ``queue-metadata``) and ``record_count`` buffer records (keys
+``queue-buffer-0`` ...), each a list of ``slots_per_record`` slots. Offset
+``o`` lives in buffer record ``(o // slots_per_record) % record_count`` at
+slot ``o % slots_per_record``. A slot is None (empty) or
+``[offset, value, enqueued_at_ms]``: storing the offset lets a reader tell a
+live entry from another lap's.
+
+The metadata record carries ``format`` so later versions can migrate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from large_queue import errors
+from large_queue.backends import RecordKey
+
+FORMAT_VERSION = 1
+
+METADATA_KEY = "queue-metadata"
+BUFFER_KEY_PREFIX = "queue-buffer-"
+
+# metadata bins (Aerospike bin names are at most 15 bytes)
+FORMAT = "format"
+READY = "ready"
+HEAD = "head"
+TAIL = "tail"
+LOCK_OWNER = "lock_owner"
+LOCK_TTL_MS = "lock_ttl_ms"
+FENCE_EPOCH = "fence_epoch"
+FENCE_COUNTER = "fence_ctr"
+RECORD_COUNT = "record_count"
+SLOTS_PER_RECORD = "slots_per_rec"
+BUFFER_NAMESPACE = "buffer_ns"
+MAX_ENTRY_BYTES = "max_entry"
+
+# buffer bins (the fence bins share their names with the metadata counter's)
+SLOTS = "slots"
+
+NO_OWNER = ""
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+MAX_QUEUE_NAME_BYTES = 63
+MAX_NAMESPACE_BYTES = 31
+
+
+def check_name(kind: str, value: object, limit: int) -> str:
+    """Return ``value`` if it is a valid queue or namespace name, else raise."""
+    if not isinstance(value, str):
+        raise errors.InvalidArgumentError(f"{kind} must be a string, not {type(value).__name__}")
+    if not _NAME.fullmatch(value) or len(value) > limit:
+        raise errors.InvalidArgumentError(
+            f"{kind} {value!r} is invalid: use 1 to {limit} letters, digits, '_', '.' or '-',"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueShape:
+    """The fixed geometry of a queue, as stored in its metadata record."""
+
+    record_count: int
+    slots_per_record: int
+
+    @property
+    def capacity(self) -> int:
+        """Entries the queue holds when full."""
+        return self.record_count * self.slots_per_record
+
+    def record_of(self, offset: int) -> int:
+        """Index of the buffer record holding ``offset``."""
+        return (offset // self.slots_per_record) % self.record_count
+
+    def slot_of(self, offset: int) -> int:
+        """Index of ``offset``'s slot within its buffer record."""
+        return offset % self.slots_per_record
+
+    def spans(self, start: int, stop: int) -> dict[int, list[int]]:
+        """Offsets of ``[start, stop)`` grouped by buffer record, records in first-touch order."""
+        grouped: dict[int, list[int]] = {}
+        for offset in range(start, stop):
+            grouped.setdefault(self.record_of(offset), []).append(offset)
+        return grouped
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueKeys:
+    """The record keys of one queue."""
+
+    name: str
+    metadata_namespace: str
+    buffer_namespace: str
+
+    @property
+    def metadata(self) -> RecordKey:
+        """Key of the metadata record."""
+        return RecordKey(self.metadata_namespace, self.name, METADATA_KEY)
+
+    def buffer(self, record_index: int) -> RecordKey:
+        """Key of buffer record ``record_index``."""
+        return RecordKey(self.buffer_namespace, self.name, f"{BUFFER_KEY_PREFIX}{record_index}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metadata:
+    """A validated metadata record."""
+
+    shape: QueueShape
+    head: int
+    tail: int
+    buffer_namespace: str
+    lock_owner: str
+    lock_ttl_ms: int
+    fence_epoch: int
+    fence_counter: int
+    max_entry_bytes: int
+
+
+_INTEGER_BINS = (FORMAT, READY, HEAD, TAIL, LOCK_TTL_MS, FENCE_EPOCH, FENCE_COUNTER,
+                 RECORD_COUNT, SLOTS_PER_RECORD, MAX_ENTRY_BYTES)
+
+
+def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
+    """Validate a metadata record's bins, naming the first problem found."""
+    def corrupt(problem: str) -> errors.CorruptQueueError:
+        return errors.CorruptQueueError(f"metadata record of queue {queue!r}: {problem}", queue=queue)
+
+    for name in _INTEGER_BINS:
+        if name not in bins:
+            raise corrupt(f"bin {name!r} is missing")
+        if type(bins[name]) is not int:
+            raise corrupt(f"bin {name!r} holds {type(bins[name]).__name__}, not an integer")
+    for name in (LOCK_OWNER, BUFFER_NAMESPACE):
+        if not isinstance(bins.get(name), str):
+            raise corrupt(f"bin {name!r} is missing or not a string")
+    if bins[FORMAT] != FORMAT_VERSION:
+        raise corrupt(f"format version {bins[FORMAT]} is not supported (this library reads {FORMAT_VERSION})")
+    if bins[READY] != 1:
+        raise errors.CorruptQueueError(
+            f"queue {queue!r} was not completely created; delete it and create it again", queue=queue
+        )
+    if bins[RECORD_COUNT] < 1 or bins[SLOTS_PER_RECORD] < 1:
+        raise corrupt("record count and slots per record must be positive")
+    shape = QueueShape(record_count=bins[RECORD_COUNT], slots_per_record=bins[SLOTS_PER_RECORD])
+    head, tail = bins[HEAD], bins[TAIL]
+    if not 0 <= head <= tail <= head + shape.capacity:
+        raise corrupt(f"head {head} and tail {tail} break 0 <= head <= tail <= head + {shape.capacity}")
+    return Metadata(
+        shape=shape, head=head, tail=tail, buffer_namespace=bins[BUFFER_NAMESPACE],
+        lock_owner=bins[LOCK_OWNER], lock_ttl_ms=bins[LOCK_TTL_MS], fence_epoch=bins[FENCE_EPOCH],
+        fence_counter=bins[FENCE_COUNTER], max_entry_bytes=bins[MAX_ENTRY_BYTES],
+    )
+
+
+def slot_entry(queue: str, record: int, slot: Any, offset: int) -> tuple[Any, int] | None:
+    """``(value, enqueued_at_ms)`` if ``slot`` holds ``offset``'s entry, else None."""
+    if slot is None:
+        return None
+    if not isinstance(slot, list) or len(slot) != 3 or type(slot[0]) is not int:
+        raise errors.CorruptQueueError(
+            f"buffer record {record} of queue {queue!r} holds a malformed slot for offset {offset}",
+            queue=queue,
+        )
+    if slot[0] != offset:
+        return None
+    return slot[1], slot[2]

@@ -1,0 +1,79 @@
+"""The original ``LargeQueue`` API, kept call-for-call.
+
+Code written for the original Aerospike example runs unchanged::
+
+    msg_queue = LargeQueue()
+    try:
+        msg_queue.initialize_existing_queue(client, 'test', 'shared-msg-bus')
+    except ASAborted as ex:
+        msg_queue.create_new_queue(client, 'test', 'shared-msg-bus', 1000, 100)
+    offset = msg_queue.enqueue({'msg-id': 100}, txn_id)
+    entry = msg_queue.dequeue(txn_id)        # {'offset': 0, 'entry': {'msg-id': 100}}
+
+``client`` is an ``aerospike.Client`` or anything :func:`large_queue.connect`
+accepts. Every error is an ``ASAborted`` (the library's root error) with a
+``reason``; the operations run on :class:`large_queue.Queue`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from large_queue.errors import LargeQueueError, QueueError
+from large_queue.queue import Entry, Queue
+
+ASAborted = LargeQueueError
+
+
+def _as_dict(entry: Entry | None) -> dict[str, Any] | None:
+    return None if entry is None else {"offset": entry.offset, "entry": entry.value}
+
+
+class LargeQueue:
+    """The original API: create or open a queue, then enqueue, dequeue and read by offset."""
+
+    def __init__(self) -> None:
+        self.queue: Queue | None = None
+
+    def create_new_queue(self, client: Any, namespace: str, q_name: str, max_size: int, slots_per_rec: int) -> None:
+        """Create a queue of at least ``max_size`` entries, ``slots_per_rec`` per buffer record."""
+        self.queue = Queue.create(client, q_name, namespace=namespace, capacity=max_size,
+                                  slots_per_record=slots_per_rec)
+
+    def initialize_existing_queue(self, client: Any, namespace: str, q_name: str) -> None:
+        """Open an existing queue; raises ``ASAborted`` if it does not exist."""
+        self.queue = Queue.open(client, q_name, namespace=namespace)
+
+    def _opened(self) -> Queue:
+        if self.queue is None:
+            raise QueueError("the queue is not initialized: call create_new_queue or initialize_existing_queue")
+        return self.queue
+
+    def get_queue_info(self) -> dict[str, Any] | None:
+        """Keys ``name``, ``max-size``, ``namespace``, ``head-offset``, ``tail-offset`` (and more)."""
+        if self.queue is None:
+            return None
+        info = self.queue.info()
+        return {
+            "name": info.name,
+            "max-size": info.capacity,
+            "namespace": info.namespace,
+            "head-offset": info.head_offset,
+            "tail-offset": info.tail_offset,
+            "size": info.size,
+            "slots-per-rec": info.slots_per_record,
+            "num-buf-recs": info.record_count,
+            "lock-owner": info.lock_owner,
+        }
+
+    def enqueue(self, entry: Any, txn_id: Any, overwrite_if_full: bool = False) -> int:
+        """Append ``entry``; return its offset."""
+        return self._opened().enqueue(entry, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
+
+    def dequeue(self, txn_id: Any) -> dict[str, Any] | None:
+        """Remove the head entry; ``{'offset': ..., 'entry': ...}`` or None if empty."""
+        return _as_dict(self._opened().dequeue(txn_id=txn_id))
+
+    def get_entry_at_offset(self, offset: int) -> dict[str, Any] | None:
+        """``{'offset': ..., 'entry': ...}`` if ``offset`` is in the queue now, else None."""
+        return _as_dict(self._opened().get(offset))

@@ -1,0 +1,140 @@
+"""Stores for queues: the record-level interface and how to connect to one.
+
+``connect()`` picks a store from a URL:
+
+- ``aerospike://host:port[,host:port]/namespace`` with optional query
+  parameters ``user``, ``password``, ``tls_name``, ``cafile``, ``timeout_ms``;
+- ``embedded:///path/to/store.db`` with optional ``namespaces`` (comma
+  separated), ``record_size_limit`` (bytes) and ``synchronous``
+  (``normal`` | ``full``).
+
+With no URL it reads ``LARGE_QUEUE_URL``, and with nothing set it opens an
+embedded store in the per-user data directory. An ``aerospike.Client`` (or an
+existing backend) is accepted in place of a URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from large_queue import errors
+from large_queue.backends._base import (
+    Backend,
+    Increment,
+    ListGetRange,
+    ListSet,
+    Operation,
+    Read,
+    Record,
+    RecordKey,
+    Write,
+    WriteMode,
+)
+
+URL_ENVIRONMENT_VARIABLE = "LARGE_QUEUE_URL"
+
+__all__ = [
+    "URL_ENVIRONMENT_VARIABLE",
+    "Backend",
+    "Increment",
+    "ListGetRange",
+    "ListSet",
+    "Operation",
+    "Read",
+    "Record",
+    "RecordKey",
+    "Write",
+    "WriteMode",
+    "connect",
+    "default_store_path",
+]
+
+
+def default_store_path() -> str:
+    """The embedded store used when nothing else is configured."""
+    import platformdirs
+
+    return os.path.join(platformdirs.user_data_dir("large_queue"), "store.db")
+
+
+def connect(target: Any = None) -> Backend:
+    """Open a store from a URL, an ``aerospike.Client`` or ``LARGE_QUEUE_URL``.
+
+    Example::
+
+        store = connect("embedded:///tmp/queues.db")
+        store = connect("aerospike://127.0.0.1:3000/test")
+    """
+    if isinstance(target, Backend):
+        return target
+    if target is None:
+        target = os.environ.get(URL_ENVIRONMENT_VARIABLE) or f"embedded://{default_store_path()}"
+    if not isinstance(target, str):
+        if type(target).__module__.split(".")[0] == "aerospike":
+            from large_queue.backends.aerospike import AerospikeBackend
+
+            return AerospikeBackend(target)
+        raise errors.InvalidArgumentError(
+            f"connect() takes a URL, an aerospike.Client or a backend, not {type(target).__name__}"
+        )
+    return _from_url(target)
+
+
+def _single(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[-1] if values else None
+
+
+def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
+    value = _single(query, name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name}={value!r} in {url!r} is not an integer") from None
+
+
+def _from_url(url: str) -> Backend:
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.scheme == "embedded":
+        from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, EmbeddedBackend
+
+        path = unquote(parts.netloc + parts.path)
+        if not path:
+            raise errors.InvalidArgumentError(f"{url!r} names no file: use embedded:///path/to/store.db")
+        namespaces = (_single(query, "namespaces") or "test").split(",")
+        return EmbeddedBackend(
+            path,
+            namespaces=[n.strip() for n in namespaces if n.strip()],
+            record_size_limit=_integer(query, "record_size_limit", url) or DEFAULT_RECORD_SIZE_LIMIT,
+            synchronous=_single(query, "synchronous") or "normal",
+        )
+    if parts.scheme == "aerospike":
+        from large_queue.backends.aerospike import AerospikeBackend, AerospikeSettings
+
+        hosts = []
+        for item in parts.netloc.split("@")[-1].split(","):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise errors.InvalidArgumentError(f"host {item!r} in {url!r} is not host:port")
+            hosts.append((host.strip("[]"), int(port)))
+        namespace = parts.path.strip("/") or "test"
+        cafile = _single(query, "cafile")
+        return AerospikeBackend.connect(
+            AerospikeSettings(
+                hosts=tuple(hosts),
+                namespace=namespace,
+                user=unquote(parts.username) if parts.username else _single(query, "user"),
+                password=unquote(parts.password) if parts.password else _single(query, "password"),
+                tls={"enable": True, "cafile": cafile} if cafile else None,
+                tls_name=_single(query, "tls_name"),
+                total_timeout_ms=_integer(query, "timeout_ms", url) or 1000,
+            )
+        )
+    raise errors.InvalidArgumentError(
+        f"unknown store URL {url!r}: use aerospike://host:port/namespace or embedded:///path/to/store.db"
+    )

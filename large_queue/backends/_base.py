@@ -1,0 +1,175 @@
+"""The record-level interface that every store implements.
+
+The queue algorithm is written once against this interface. Each method is
+exactly one single-record command (one network round trip on Aerospike); a
+batch get is one command for many records. ``Backend.commands`` counts them,
+which is how the benchmark reports round trips per queue operation.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from large_queue.backends.conditions import Condition
+
+MAX_BIN_NAME_BYTES = 15
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    """Where a record lives: namespace, set and the record's own key."""
+
+    namespace: str
+    set_name: str
+    user_key: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record as read: its bins and its generation (write count)."""
+
+    bins: dict[str, Any]
+    generation: int
+
+
+class WriteMode(enum.Enum):
+    """What ``put`` requires of the record's prior existence."""
+
+    UPSERT = "upsert"
+    CREATE_ONLY = "create_only"
+    UPDATE_ONLY = "update_only"
+    REPLACE = "replace"
+
+
+# --- bin operations for ``operate`` -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Read:
+    """Return the bin's value (absent from the result if the bin is missing)."""
+
+    bin: str
+
+
+@dataclass(frozen=True)
+class Write:
+    """Set the bin to ``value`` (never None: the store deletes a bin written with None)."""
+
+    bin: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Increment:
+    """Add ``by`` to an integer bin (a missing bin counts as 0)."""
+
+    bin: str
+    by: int
+
+
+@dataclass(frozen=True)
+class ListSet:
+    """Set element ``index`` of a list bin."""
+
+    bin: str
+    index: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class ListGetRange:
+    """Return ``count`` elements of a list bin from ``index``."""
+
+    bin: str
+    index: int
+    count: int
+
+
+Operation = Union[Read, Write, Increment, ListSet, ListGetRange]
+READ_OPERATIONS = (Read, ListGetRange)
+
+
+class Backend(ABC):
+    """A store with Aerospike's record semantics.
+
+    ``operate`` applies its operations in order, atomically, on one record; a
+    read sees the writes before it in the same call. Callers put at most one
+    read per bin, after the writes to that bin, so the result maps each bin to
+    one value.
+    """
+
+    #: the namespace used when a queue is opened without one
+    default_namespace: str = "test"
+
+    def __init__(self) -> None:
+        self._commands = 0
+        self._count_lock = threading.Lock()
+
+    @property
+    def commands(self) -> int:
+        """Single-record commands (and batch gets) issued so far: round trips."""
+        return self._commands
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self._commands += 1
+
+    @abstractmethod
+    def get(self, key: RecordKey) -> Record | None:
+        """Read a whole record, or None if it does not exist."""
+
+    @abstractmethod
+    def put(
+        self,
+        key: RecordKey,
+        bins: dict[str, Any],
+        *,
+        mode: WriteMode = WriteMode.UPSERT,
+        generation: int | None = None,
+        ttl: int | None = None,
+    ) -> None:
+        """Write bins; ``mode`` and ``generation`` guard the write.
+
+        ``ttl`` is the record's time to live in seconds; None means it never
+        expires (queue records never do).
+        """
+
+    @abstractmethod
+    def operate(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        *,
+        condition: Condition | None = None,
+        generation: int | None = None,
+    ) -> dict[str, Any]:
+        """Apply operations atomically to an existing record; return the reads.
+
+        Raises ``RecordNotFoundError`` if the record is missing,
+        ``ConditionNotMetError`` if ``condition`` is not true and
+        ``GenerationMismatchError`` if ``generation`` does not match; in each
+        case nothing was applied.
+        """
+
+    @abstractmethod
+    def remove(self, key: RecordKey) -> bool:
+        """Delete a record; False if it did not exist."""
+
+    @abstractmethod
+    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
+        """Read many records in one command; None where a record is missing."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and files."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

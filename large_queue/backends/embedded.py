@@ -1,0 +1,373 @@
+"""The embedded store: Aerospike's record semantics in one SQLite file.
+
+It needs no server and is the default store. Several processes may use one
+file at once (Spark workers, multi-process consumers): every command is one
+SQLite transaction, and commands that write take the database's write lock
+first (``BEGIN IMMEDIATE``), so a read-check-write on one record is atomic
+across processes exactly as an Aerospike ``operate`` is on its record.
+
+Like Aerospike it keeps a generation per record, evaluates the same
+conditions, enforces 15-byte bin names and a record size limit (1 MiB by
+default, at most 8 MiB), honours TTLs and judges "time since last update" on
+its own clock, which tests may replace to make locks expire without sleeping.
+
+Values are stored as msgpack, which keeps every Aerospike-native type apart
+(int, float, str, bytes, bool, None, list, dict).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from large_queue import errors
+from large_queue.backends._base import (
+    MAX_BIN_NAME_BYTES,
+    Backend,
+    Increment,
+    ListGetRange,
+    ListSet,
+    Operation,
+    Read,
+    Record,
+    RecordKey,
+    Write,
+    WriteMode,
+)
+from large_queue.backends.conditions import Condition, evaluate
+
+DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
+MAX_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
+MAX_SET_NAME_BYTES = 63
+
+# Result codes as Aerospike numbers them, so errors look the same from both stores.
+_CODE = {
+    errors.RecordNotFoundError: 2,
+    errors.GenerationMismatchError: 3,
+    errors.RecordExistsError: 5,
+    errors.BinTypeError: 12,
+    errors.RecordTooLargeError: 13,
+    errors.NamespaceNotFoundError: 20,
+    errors.BinNameError: 21,
+    errors.ConditionNotMetError: 27,
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    namespace TEXT NOT NULL,
+    set_name TEXT NOT NULL,
+    user_key TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    updated_ns INTEGER NOT NULL,
+    expires_ns INTEGER,
+    bins BLOB NOT NULL,
+    PRIMARY KEY (namespace, set_name, user_key)
+) WITHOUT ROWID
+"""
+
+
+def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
+    return cls(message, code=_CODE.get(cls, -1), in_doubt=False)
+
+
+def _pack(bins: dict[str, Any]) -> bytes:
+    return msgpack.packb(bins, use_bin_type=True)
+
+
+def _unpack(blob: bytes) -> dict[str, Any]:
+    result: dict[str, Any] = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    return result
+
+
+class EmbeddedBackend(Backend):
+    """A durable single-file store with Aerospike's record semantics.
+
+    ``clock`` returns the store's time in nanoseconds (default: the wall
+    clock, shared by every process on the machine). ``synchronous`` is
+    SQLite's durability setting: ``"normal"`` (default) survives a crash of
+    any process; ``"full"`` also survives power loss, at a cost in speed.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespaces: Iterable[str] = ("test",),
+        record_size_limit: int = DEFAULT_RECORD_SIZE_LIMIT,
+        clock: Callable[[], int] = time.time_ns,
+        synchronous: str = "normal",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if not 1024 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:
+            raise errors.InvalidArgumentError(
+                f"record_size_limit must be between 1024 and {MAX_RECORD_SIZE_LIMIT} bytes,"
+                f" got {record_size_limit}"
+            )
+        if synchronous not in ("normal", "full"):
+            raise errors.InvalidArgumentError(
+                f"synchronous must be 'normal' or 'full', got {synchronous!r}"
+            )
+        self.path = Path(path)
+        self.namespaces = frozenset(namespaces)
+        if not self.namespaces:
+            raise errors.InvalidArgumentError("the embedded store needs at least one namespace")
+        self.default_namespace = sorted(self.namespaces)[0] if "test" not in self.namespaces else "test"
+        self.record_size_limit = record_size_limit
+        self.clock = clock
+        self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connection()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedBackend({str(self.path)!r}, namespaces={sorted(self.namespaces)!r})"
+
+    # --- connection handling ------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        # A forked child must not share the parent's SQLite handle.
+        if self._conn is None or self._pid != os.getpid():
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
+            conn.execute(_SCHEMA)
+            self._conn = conn
+            self._pid = os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        """Close this process's handle on the file."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    # --- validation ------------------------------------------------------------
+
+    def _check_key(self, key: RecordKey) -> None:
+        if key.namespace not in self.namespaces:
+            raise _fail(
+                errors.NamespaceNotFoundError,
+                f"namespace {key.namespace!r} is not configured on the embedded store"
+                f" (configured: {', '.join(sorted(self.namespaces))})",
+            )
+        if len(key.set_name.encode()) > MAX_SET_NAME_BYTES:
+            raise errors.BackendUsageError(
+                f"set name {key.set_name!r} is longer than {MAX_SET_NAME_BYTES} bytes", code=-2
+            )
+
+    @staticmethod
+    def _check_bins(names: Iterable[str]) -> None:
+        for name in names:
+            if not name or len(name.encode()) > MAX_BIN_NAME_BYTES:
+                raise _fail(
+                    errors.BinNameError,
+                    f"bin name {name!r} must be 1 to {MAX_BIN_NAME_BYTES} bytes",
+                )
+
+    # --- storage primitives ----------------------------------------------------
+
+    def _load(self, conn: sqlite3.Connection, key: RecordKey) -> tuple[dict[str, Any], int, int] | None:
+        row = conn.execute(
+            "SELECT bins, generation, updated_ns, expires_ns FROM records"
+            " WHERE namespace=? AND set_name=? AND user_key=?",
+            (key.namespace, key.set_name, key.user_key),
+        ).fetchone()
+        if row is None:
+            return None
+        if row[3] is not None and row[3] <= self.clock():
+            return None
+        return _unpack(row[0]), row[1], row[2]
+
+    def _store(
+        self, conn: sqlite3.Connection, key: RecordKey, bins: dict[str, Any], generation: int,
+        expires_ns: int | None,
+    ) -> None:
+        blob = _pack(bins)
+        if len(blob) > self.record_size_limit:
+            raise _fail(
+                errors.RecordTooLargeError,
+                f"record {key.set_name}/{key.user_key} would be {len(blob)} bytes,"
+                f" over the {self.record_size_limit}-byte record size limit",
+            )
+        conn.execute(
+            "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (key.namespace, key.set_name, key.user_key, generation, self.clock(), expires_ns, blob),
+        )
+
+    def _transaction(self, write: bool) -> _Transaction:
+        return _Transaction(self, write)
+
+    # --- the interface ----------------------------------------------------------
+
+    def get(self, key: RecordKey) -> Record | None:
+        """Read a whole record, or None if it does not exist."""
+        self._count()
+        self._check_key(key)
+        with self._transaction(write=False) as conn:
+            loaded = self._load(conn, key)
+        return None if loaded is None else Record(loaded[0], loaded[1])
+
+    def put(
+        self,
+        key: RecordKey,
+        bins: dict[str, Any],
+        *,
+        mode: WriteMode = WriteMode.UPSERT,
+        generation: int | None = None,
+        ttl: int | None = None,
+    ) -> None:
+        """Write bins; ``mode`` and ``generation`` guard the write."""
+        self._count()
+        self._check_key(key)
+        self._check_bins(bins)
+        with self._transaction(write=True) as conn:
+            loaded = self._load(conn, key)
+            if loaded is not None and mode is WriteMode.CREATE_ONLY:
+                raise _fail(errors.RecordExistsError, f"record {key.set_name}/{key.user_key} exists")
+            if loaded is None and mode in (WriteMode.UPDATE_ONLY, WriteMode.REPLACE):
+                raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
+            if generation is not None and (loaded is None or loaded[1] != generation):
+                raise _fail(
+                    errors.GenerationMismatchError,
+                    f"record {key.set_name}/{key.user_key} is not at generation {generation}",
+                )
+            merged = {} if loaded is None or mode is WriteMode.REPLACE else dict(loaded[0])
+            for name, value in bins.items():
+                if value is None:
+                    merged.pop(name, None)
+                else:
+                    merged[name] = value
+            expires = None if ttl is None else self.clock() + ttl * 1_000_000_000
+            self._store(conn, key, merged, 1 if loaded is None else loaded[1] + 1, expires)
+
+    def operate(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        *,
+        condition: Condition | None = None,
+        generation: int | None = None,
+    ) -> dict[str, Any]:
+        """Apply operations atomically to an existing record; return the reads."""
+        self._count()
+        self._check_key(key)
+        self._check_bins(op.bin for op in operations)
+        writes = any(not isinstance(op, (Read, ListGetRange)) for op in operations)
+        with self._transaction(write=writes) as conn:
+            loaded = self._load(conn, key)
+            if loaded is None:
+                raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
+            bins, current_generation, updated_ns = loaded
+            if generation is not None and current_generation != generation:
+                raise _fail(
+                    errors.GenerationMismatchError,
+                    f"record {key.set_name}/{key.user_key} is not at generation {generation}",
+                )
+            if condition is not None:
+                since_update_ms = (self.clock() - updated_ns) // 1_000_000
+                if evaluate(condition, bins, since_update_ms) is not True:
+                    raise _fail(
+                        errors.ConditionNotMetError,
+                        f"condition not met on record {key.set_name}/{key.user_key}",
+                    )
+            results = _apply(key, bins, operations)
+            if writes:
+                self._store(conn, key, bins, current_generation + 1, None)
+        return results
+
+    def remove(self, key: RecordKey) -> bool:
+        """Delete a record; False if it did not exist."""
+        self._count()
+        self._check_key(key)
+        with self._transaction(write=True) as conn:
+            cursor = conn.execute(
+                "DELETE FROM records WHERE namespace=? AND set_name=? AND user_key=?",
+                (key.namespace, key.set_name, key.user_key),
+            )
+            return cursor.rowcount > 0
+
+    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
+        """Read many records in one command; None where a record is missing."""
+        self._count()
+        for key in keys:
+            self._check_key(key)
+        with self._transaction(write=False) as conn:
+            loaded = [self._load(conn, key) for key in keys]
+        return [None if item is None else Record(item[0], item[1]) for item in loaded]
+
+
+class _Transaction:
+    """One SQLite transaction per command; writers take the write lock up front."""
+
+    def __init__(self, backend: EmbeddedBackend, write: bool) -> None:
+        self._backend = backend
+        self._write = write
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._backend._lock.acquire()
+        try:
+            conn = self._backend._connection()
+            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        except BaseException:
+            self._backend._lock.release()
+            raise
+        return conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            conn = self._backend._connection()
+            conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self._backend._lock.release()
+
+
+def _apply(key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation]) -> dict[str, Any]:
+    """Apply operations in order to ``bins`` (in place); return what the reads saw."""
+    results: dict[str, Any] = {}
+    for op in operations:
+        if isinstance(op, Read):
+            if op.bin in bins:
+                results[op.bin] = bins[op.bin]
+        elif isinstance(op, Write):
+            if op.value is None:
+                bins.pop(op.bin, None)
+            else:
+                bins[op.bin] = op.value
+        elif isinstance(op, Increment):
+            current = bins.get(op.bin, 0)
+            if type(current) is not int:
+                raise _fail(errors.BinTypeError, f"bin {op.bin!r} of {key.user_key} is not an integer")
+            bins[op.bin] = current + op.by
+        elif isinstance(op, ListSet):
+            target = _list_bin(key, bins, op.bin)
+            if not 0 <= op.index < len(target):
+                raise _fail(errors.BinTypeError, f"index {op.index} outside list bin {op.bin!r} of {key.user_key}")
+            target[op.index] = op.value
+        elif isinstance(op, ListGetRange):
+            target = _list_bin(key, bins, op.bin)
+            results[op.bin] = target[op.index : op.index + op.count]
+        else:
+            raise TypeError(f"unknown operation {op!r}")
+    return results
+
+
+def _list_bin(key: RecordKey, bins: dict[str, Any], name: str) -> list[Any]:
+    value = bins.get(name)
+    if not isinstance(value, list):
+        raise _fail(errors.BinTypeError, f"bin {name!r} of {key.user_key} is not a list")
+    return value

@@ -1,0 +1,154 @@
+"""The ``large-queue`` command: manage, inspect, demo and benchmark queues.
+
+Examples::
+
+    large-queue create events --capacity 100000
+    large-queue enqueue events '{"id": 1}'
+    large-queue dequeue events
+    large-queue info events
+    large-queue get events 0
+    large-queue demo
+    large-queue bench
+
+The store comes from ``--url`` or ``LARGE_QUEUE_URL`` (see
+:func:`large_queue.connect`); entries are given and printed as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from large_queue import errors
+from large_queue.backends import connect
+from large_queue.queue import Entry, Queue
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _print(value: Any) -> None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    print(json.dumps(value, default=_json_default, ensure_ascii=False))
+
+
+def _demo(url: str | None) -> None:
+    store = connect(url)
+    print(f"store: {store!r}")
+    Queue.delete(store, "demo")
+    queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
+    print(f"created {queue!r}: {queue.shape.record_count} buffer records of {queue.shape.slots_per_record} slots")
+    for n in range(12):
+        try:
+            offset = queue.enqueue({"msg-id": n, "text": f"message {n}"})
+            print(f"enqueued message {n} at offset {offset}")
+        except errors.QueueFullError as exc:
+            print(f"message {n} refused: {exc}")
+    print("with overwrite_if_full the oldest entry makes room:",
+          queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True))
+    info = queue.info()
+    print(f"head {info.head_offset}, tail {info.tail_offset}, size {info.size}")
+    print("offset read of the head, no lock:", queue.get(info.head_offset))
+    print("offset read of an overwritten offset:", queue.get(0))
+    print("batch dequeue of 5:", [e.value["msg-id"] for e in queue.dequeue_batch(5)])
+    while (entry := queue.dequeue()) is not None:
+        print(f"dequeued offset {entry.offset}: {entry.value}")
+    print("empty now:", queue.info().size == 0)
+    Queue.delete(store, "demo")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from large_queue import _bench
+
+    url = args.url or os.environ.get("LARGE_QUEUE_URL")
+    with tempfile.TemporaryDirectory() as directory:
+        url = url or f"embedded://{directory}/bench.db"
+        for line in _bench.run(url, operations=args.operations, batches=args.batches,
+                               batch_size=args.batch_size, processes=args.processes,
+                               progress=not args.no_progress):
+            print(line)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="large-queue", description=__doc__.split("\n")[0])
+    parser.add_argument("--url", help="store URL (default: LARGE_QUEUE_URL, else the embedded store)")
+    parser.add_argument("--namespace", help="namespace of the queue's metadata record")
+    commands = parser.add_subparsers(dest="command", required=True)
+    create = commands.add_parser("create", help="create a queue")
+    create.add_argument("queue")
+    create.add_argument("--capacity", type=int, required=True)
+    create.add_argument("--slots-per-record", type=int, default=100)
+    create.add_argument("--buffer-namespace")
+    create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
+    for name, text in [("info", "show a queue's state"), ("dequeue", "remove and print the head entry"),
+                       ("delete", "delete a queue and its records")]:
+        commands.add_parser(name, help=text).add_argument("queue")
+    enqueue = commands.add_parser("enqueue", help="append JSON entries")
+    enqueue.add_argument("queue")
+    enqueue.add_argument("entries", nargs="+", help="JSON values")
+    enqueue.add_argument("--overwrite-if-full", action="store_true")
+    get = commands.add_parser("get", help="read the entry at an offset (no lock)")
+    get.add_argument("queue")
+    get.add_argument("offset", type=int)
+    commands.add_parser("demo", help="a short tour on the configured store")
+    bench = commands.add_parser("bench", help="throughput and round trips per operation")
+    bench.add_argument("--operations", type=int, default=3000)
+    bench.add_argument("--batches", type=int, default=300)
+    bench.add_argument("--batch-size", type=int, default=100)
+    bench.add_argument("--processes", type=int, default=4)
+    bench.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _entry(entry: Entry | None) -> dict[str, Any] | None:
+    return None if entry is None else dataclasses.asdict(entry)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            _demo(args.url)
+        elif args.command == "bench":
+            _bench(args)
+        elif args.command == "create":
+            _print(Queue.create(connect(args.url), args.queue, capacity=args.capacity,
+                                slots_per_record=args.slots_per_record, namespace=args.namespace,
+                                buffer_namespace=args.buffer_namespace, lock_ttl=args.lock_ttl).info())
+        elif args.command == "delete":
+            _print({"deleted": Queue.delete(connect(args.url), args.queue, namespace=args.namespace)})
+        else:
+            queue = Queue.open(connect(args.url), args.queue, namespace=args.namespace)
+            if args.command == "info":
+                _print(queue.info())
+            elif args.command == "dequeue":
+                _print(_entry(queue.dequeue()))
+            elif args.command == "get":
+                _print(_entry(queue.get(args.offset)))
+            elif args.command == "enqueue":
+                try:
+                    values = [json.loads(text) for text in args.entries]
+                except json.JSONDecodeError as exc:
+                    raise errors.InvalidArgumentError(f"an entry is not valid JSON: {exc}") from None
+                offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
+                _print({"offsets": list(offsets)})
+    except errors.LargeQueueError as exc:
+        print(f"large-queue: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The one error tree of large_queue.
+
+Every error the library raises derives from :class:`LargeQueueError`. Store
+errors (from Aerospike or the embedded store) are mapped to the
+:class:`BackendError` branch through one table in each backend, so callers see
+the same classes whichever store they use. Errors are picklable with all their
+details: Spark ships an executor's error to the driver by pickling it.
+
+``LargeQueueError`` also carries ``reason`` (its message), so code written
+against the original ``ASAborted`` exception keeps working: ``ASAborted`` is
+an alias of the root class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LargeQueueError(Exception):
+    """Root of every error raised by large_queue.
+
+    Keyword details given to the constructor become attributes
+    (``err.txn_id``, ``err.in_doubt``, ...) and survive pickling.
+    """
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.__dict__.update(details)
+
+    @property
+    def reason(self) -> str:
+        """The message, as the original ``ASAborted.reason`` exposed it."""
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.reason,), dict(self.__dict__))
+
+
+# --- bad input -------------------------------------------------------------
+
+
+class InvalidArgumentError(LargeQueueError, ValueError):
+    """A parameter has a value the library cannot accept (nothing was written)."""
+
+
+class UnsupportedEntryError(LargeQueueError, TypeError):
+    """An entry holds a value of a type the store cannot keep (nothing was written)."""
+
+
+class EntryTooLargeError(LargeQueueError, ValueError):
+    """An entry is larger than one slot of its buffer record can hold (nothing was written)."""
+
+
+# --- queue-level outcomes --------------------------------------------------
+
+
+class QueueError(LargeQueueError):
+    """A queue operation could not be carried out."""
+
+
+class QueueExistsError(QueueError):
+    """``create`` was asked for a queue that already exists."""
+
+
+class QueueNotFoundError(QueueError):
+    """The queue's metadata record does not exist."""
+
+
+class QueueFullError(QueueError):
+    """The queue holds ``capacity`` entries and overwriting was not allowed."""
+
+
+class CorruptQueueError(QueueError):
+    """A metadata or buffer record does not have the shape the queue expects."""
+
+
+class LockError(QueueError):
+    """Base of the errors about the queue lock."""
+
+
+class LockNotAcquiredError(LockError):
+    """The queue lock stayed held by others for the whole acquire timeout."""
+
+
+class LockLostError(LockError):
+    """This holder's lock was broken (it expired and another holder took it).
+
+    Nothing this holder wrote became visible: its buffer writes were refused
+    by fencing or are beyond the committed tail, and its commit was refused.
+    """
+
+
+class OutcomeUnknownError(QueueError):
+    """A write timed out after it may have been applied (``in_doubt``).
+
+    The library never retries such a write blindly. ``txn_id`` names the
+    operation, ``stage`` says which step was in doubt and ``detail`` what is
+    known about the outcome.
+    """
+
+
+# --- store-level errors ----------------------------------------------------
+
+
+class BackendError(LargeQueueError):
+    """The store refused or failed a command; ``code`` is the store's result code."""
+
+
+class RecordNotFoundError(BackendError):
+    """The record does not exist."""
+
+
+class RecordExistsError(BackendError):
+    """A create-only write found the record already there."""
+
+
+class GenerationMismatchError(BackendError):
+    """A write guarded by a generation check found another generation."""
+
+
+class ConditionNotMetError(BackendError):
+    """A command's condition (Aerospike filter expression) was false; nothing was applied."""
+
+
+class RecordTooLargeError(BackendError):
+    """The record would exceed the store's record size limit; nothing was applied."""
+
+
+class BinNameError(BackendError):
+    """A bin name is longer than 15 bytes or otherwise invalid."""
+
+
+class BinTypeError(BackendError):
+    """An operation does not apply to the type of value held in the bin."""
+
+
+class NamespaceNotFoundError(BackendError):
+    """The namespace is not configured on the store."""
+
+
+class BackendTimeoutError(BackendError):
+    """The command timed out. ``in_doubt`` is True when it may have been applied."""
+
+
+class BackendBusyError(BackendError):
+    """The store is overloaded (hot key, full device); the command was not applied."""
+
+
+class BackendUnavailableError(BackendError):
+    """The store cannot be reached (connection or cluster error)."""
+
+
+class BackendUsageError(BackendError):
+    """The store rejected the command as malformed (a client-side parameter error)."""

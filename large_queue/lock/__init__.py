@@ -1,0 +1,235 @@
+"""The queue lock: held in the metadata record, broken when it expires.
+
+One command acquires the lock: if the lock is free, or its holder has not
+written the metadata record for longer than the lock TTL *as measured by the
+store's clock* (``SinceUpdateTime`` on Aerospike), it sets the owner,
+increments the fencing counter and returns head, tail and the new token.
+Client clocks are never compared, so clients on machines whose clocks
+disagree still agree on when a lock has expired.
+
+The failure story, as a timeline (lock TTL 2 s)::
+
+    t=0.0  A acquires: owner=A, token 7, head=10, tail=40.
+    t=0.1  A pauses for 5 s.
+    t=2.1  The metadata record has not been written for 2 s: the lock has
+           expired. B's acquire breaks it: owner=B, token 8.
+    t=2.2  B enqueues at offset 40 and commits tail=41 (owner=B, token 8 still
+           current), releasing the lock.
+    t=5.1  A resumes. Its buffer write is refused by fencing if B wrote the same
+           record; its commit ("owner is A and the counter is still 7") is
+           refused in every case. A gets LockLostError; nothing it did is
+           visible.
+
+A holder that needs longer than the TTL calls :meth:`QueueLock.renew`, which
+rewrites the record (restarting the server-side clock) only while it still
+holds the lock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
+
+from large_queue import errors
+from large_queue._records import (
+    FENCE_COUNTER,
+    FENCE_EPOCH,
+    HEAD,
+    LOCK_OWNER,
+    LOCK_TTL_MS,
+    NO_OWNER,
+    TAIL,
+    QueueKeys,
+)
+from large_queue.backends import Backend, Increment, Operation, Read, Write
+from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, any_of, eq, gt
+from large_queue.fencing import DEFAULT_COUNTER_LIMIT, FencingToken
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockPolicy:
+    """How long and how often to try for a held lock.
+
+    Attempts back off exponentially with full jitter from ``initial_wait``
+    up to ``max_wait`` seconds, for at most ``acquire_timeout`` seconds.
+    """
+
+    acquire_timeout: float = 10.0
+    initial_wait: float = 0.0005
+    max_wait: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not (self.acquire_timeout >= 0 and 0 < self.initial_wait <= self.max_wait):
+            raise errors.InvalidArgumentError(
+                "LockPolicy needs acquire_timeout >= 0 and 0 < initial_wait <= max_wait,"
+                f" got {self!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockGrant:
+    """What one successful acquire returned."""
+
+    txn_id: str
+    token: FencingToken
+    head: int
+    tail: int
+    acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
+
+
+class _Busy(Exception):
+    """The lock is held and has not expired; try again."""
+
+
+class QueueLock:
+    """The lock of one queue's metadata record."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        keys: QueueKeys,
+        *,
+        policy: LockPolicy = LockPolicy(),
+        counter_limit: int = DEFAULT_COUNTER_LIMIT,
+    ) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.policy = policy
+        self.counter_limit = counter_limit
+
+    @staticmethod
+    def free_or_expired() -> Condition:
+        """The lock has no owner, or its owner has been silent longer than the TTL."""
+        return any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
+
+    @staticmethod
+    def held_by(grant: LockGrant) -> Condition:
+        """The lock is still this grant's: same owner and no later token issued."""
+        return all_of(
+            eq(StrBin(LOCK_OWNER), grant.txn_id),
+            eq(IntBin(FENCE_EPOCH), grant.token.epoch),
+            eq(IntBin(FENCE_COUNTER), grant.token.counter),
+        )
+
+    def try_acquire(self, txn_id: str) -> LockGrant:
+        """One attempt; raises ``_Busy`` when the lock is held and unexpired."""
+        try:
+            state = self.backend.operate(
+                self.keys.metadata,
+                [
+                    Write(LOCK_OWNER, txn_id),
+                    Increment(FENCE_COUNTER, 1),
+                    Read(HEAD),
+                    Read(TAIL),
+                    Read(FENCE_EPOCH),
+                    Read(FENCE_COUNTER),
+                ],
+                condition=self.free_or_expired(),
+            )
+        except errors.ConditionNotMetError:
+            raise _Busy() from None
+        except errors.BackendTimeoutError as exc:
+            if exc.in_doubt:
+                # We may now hold a lock we do not know the token of; it expires
+                # after the TTL like any orphaned lock, so trying again is safe.
+                raise _Busy() from exc
+            raise
+        except errors.RecordNotFoundError:
+            raise errors.QueueNotFoundError(
+                f"queue {self.keys.name!r} does not exist", queue=self.keys.name
+            ) from None
+        grant = LockGrant(
+            txn_id=txn_id,
+            token=FencingToken(state[FENCE_EPOCH], state[FENCE_COUNTER]),
+            head=state[HEAD],
+            tail=state[TAIL],
+            acquired_at=time.monotonic(),
+        )
+        if grant.token.counter >= self.counter_limit:
+            grant = self._start_epoch(grant)
+        return grant
+
+    def _start_epoch(self, grant: LockGrant) -> LockGrant:
+        """Wrap the counter: epoch+1, counter 0, only while this grant holds the lock."""
+        state = self._guarded(
+            grant,
+            [Increment(FENCE_EPOCH, 1), Write(FENCE_COUNTER, 0), Read(FENCE_EPOCH)],
+            "starting a new fencing epoch",
+        )
+        return LockGrant(
+            txn_id=grant.txn_id,
+            token=FencingToken(state[FENCE_EPOCH], 0),
+            head=grant.head,
+            tail=grant.tail,
+            acquired_at=grant.acquired_at,
+        )
+
+    def acquire(self, txn_id: str) -> LockGrant:
+        """Acquire the lock, retrying with jittered backoff; ``LockNotAcquiredError`` on timeout."""
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Busy),
+            wait=wait_random_exponential(multiplier=self.policy.initial_wait, max=self.policy.max_wait),
+            stop=stop_after_delay(self.policy.acquire_timeout),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self.try_acquire(txn_id)
+        except _Busy:
+            pass
+        raise errors.LockNotAcquiredError(
+            f"could not acquire the lock of queue {self.keys.name!r} within"
+            f" {self.policy.acquire_timeout} s: another holder keeps it",
+            queue=self.keys.name,
+            txn_id=txn_id,
+        )
+
+    def _guarded(self, grant: LockGrant, operations: list[Operation], what: str) -> dict[str, object]:
+        try:
+            return self.backend.operate(self.keys.metadata, operations, condition=self.held_by(grant))
+        except errors.ConditionNotMetError:
+            raise errors.LockLostError(
+                f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+                f" (token {grant.token}) before {what}: it expired and was broken;"
+                " nothing was committed",
+                queue=self.keys.name,
+                txn_id=grant.txn_id,
+            ) from None
+        except errors.BackendTimeoutError as exc:
+            if not exc.in_doubt:
+                raise
+            raise errors.OutcomeUnknownError(
+                f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may"
+                " or may not have been applied",
+                queue=self.keys.name,
+                txn_id=grant.txn_id,
+                stage=what,
+                detail=f"token {grant.token}, head {grant.head}, tail {grant.tail} when locked",
+            ) from exc
+
+    def renew(self, grant: LockGrant) -> LockGrant:
+        """Restart the lock's expiry clock; ``LockLostError`` if it is no longer held."""
+        self._guarded(grant, [Write(LOCK_OWNER, grant.txn_id)], "renewing the lock")
+        return LockGrant(
+            txn_id=grant.txn_id, token=grant.token, head=grant.head, tail=grant.tail,
+            acquired_at=time.monotonic(),
+        )
+
+    def commit(self, grant: LockGrant, *, head: int | None = None, tail: int | None = None) -> None:
+        """Publish new head/tail and release, in one write, only if still held."""
+        operations: list[Operation] = [Write(LOCK_OWNER, NO_OWNER)]
+        if head is not None and head != grant.head:
+            operations.append(Write(HEAD, head))
+        if tail is not None and tail != grant.tail:
+            operations.append(Write(TAIL, tail))
+        self._guarded(grant, operations, "the commit")
+
+    def release(self, grant: LockGrant) -> None:
+        """Release without changing head or tail."""
+        self.commit(grant)
+
+
+__all__ = ["LockGrant", "LockPolicy", "QueueLock"]

@@ -1,0 +1,462 @@
+"""The queue: a circular buffer over one metadata record and many buffer records.
+
+Enqueue and dequeue take the queue lock (one command that also reads head,
+tail and a fencing token), touch each buffer record they need once (one
+``operate`` with several list operations, guarded by fencing), and publish
+the new head/tail in one guarded commit that also releases the lock. A batch
+shares the lock and the commit, so a batch of n entries costs
+``2 + buffer records touched`` round trips. Offset reads take no lock.
+
+Dequeued slots are erased, but never by the dequeue that delivers them:
+a dequeuer whose lock is broken while it is paused would otherwise erase an
+entry that is still at the head. Instead every dequeue erases the slots of
+its buffer record that lie below the head it read (dead for good, because the
+head only grows), so a dequeued value stays in the store at most until the
+next dequeue from its record or until its slot is reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue._entries import check_entries, max_entry_bytes
+from large_queue.backends import Backend, ListGetRange, ListSet, Operation, WriteMode, connect
+from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
+from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer
+from large_queue.lock import LockGrant, LockPolicy, QueueLock
+
+log = logging.getLogger("large_queue")
+
+MAX_TXN_ID_CHARS = 128
+MIN_ENTRY_BYTES = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One queue entry: its offset, its value and when it was enqueued (client ms)."""
+
+    offset: int
+    value: Any
+    enqueued_at_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueInfo:
+    """A snapshot of a queue's metadata record."""
+
+    name: str
+    namespace: str
+    buffer_namespace: str
+    capacity: int
+    head_offset: int
+    tail_offset: int
+    size: int
+    slots_per_record: int
+    record_count: int
+    lock_owner: str | None
+    lock_ttl: float
+    max_entry_bytes: int
+
+
+def _txn_id(txn_id: object) -> str:
+    if txn_id is None:
+        return uuid.uuid4().hex
+    if type(txn_id) not in (int, str) or str(txn_id) == "":
+        raise errors.InvalidArgumentError(f"txn_id must be a non-empty str or an int, got {txn_id!r}")
+    text = str(txn_id)
+    if len(text) > MAX_TXN_ID_CHARS:
+        raise errors.InvalidArgumentError(f"txn_id is longer than {MAX_TXN_ID_CHARS} characters")
+    return text
+
+
+def _positive_int(name: str, value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise errors.InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class Queue:
+    """A durable FIFO queue far larger than one record.
+
+    Example::
+
+        store = large_queue.connect("embedded:///tmp/q.db")
+        queue = Queue.create(store, "events", capacity=10_000)
+        offset = queue.enqueue({"id": 1})
+        entry = queue.dequeue()          # Entry(offset=0, value={'id': 1}, ...)
+
+    ``store`` is anything :func:`large_queue.connect` accepts. Instances are
+    cheap and safe to share between threads; every operation reads the
+    current head and tail from the store.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        metadata: rec.Metadata,
+        *,
+        namespace: str,
+        lock_policy: LockPolicy = LockPolicy(),
+        fence_counter_limit: int = DEFAULT_COUNTER_LIMIT,
+    ) -> None:
+        self.backend = backend
+        self.name = name
+        self.shape = metadata.shape
+        self.keys = rec.QueueKeys(
+            name=name, metadata_namespace=namespace, buffer_namespace=metadata.buffer_namespace
+        )
+        self.max_entry_bytes = metadata.max_entry_bytes
+        self.lock_ttl = metadata.lock_ttl_ms / 1000
+        self.lock = QueueLock(backend, self.keys, policy=lock_policy, counter_limit=fence_counter_limit)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, namespace={self.keys.metadata_namespace!r}, capacity={self.capacity})"
+
+    @property
+    def capacity(self) -> int:
+        """How many entries the queue holds when full."""
+        return self.shape.capacity
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        store: Any,
+        name: str,
+        *,
+        capacity: int,
+        slots_per_record: int = 100,
+        namespace: str | None = None,
+        buffer_namespace: str | None = None,
+        lock_ttl: float = 2.0,
+        record_size_limit: int = DEFAULT_RECORD_SIZE_LIMIT,
+        lock_policy: LockPolicy = LockPolicy(),
+    ) -> Queue:
+        """Create a new queue; ``QueueExistsError`` if one of that name exists.
+
+        ``capacity`` is rounded up to whole buffer records. ``record_size_limit``
+        is the store's (Aerospike ``max-record-size``, 1 MiB by default): every
+        entry must then fit ``record_size_limit / slots_per_record`` bytes.
+        ``lock_ttl`` (seconds) is how long a silent lock holder keeps the lock.
+        """
+        backend = connect(store)
+        rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        buffer_namespace = rec.check_name(
+            "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
+        )
+        _positive_int("capacity", capacity)
+        _positive_int("slots_per_record", slots_per_record)
+        if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
+            raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
+        if type(record_size_limit) is not int or not 8192 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:
+            raise errors.InvalidArgumentError(
+                f"record_size_limit must be 8192 to {MAX_RECORD_SIZE_LIMIT} bytes, got {record_size_limit!r}"
+            )
+        entry_limit = max_entry_bytes(record_size_limit, slots_per_record)
+        if entry_limit < MIN_ENTRY_BYTES:
+            raise errors.InvalidArgumentError(
+                f"slots_per_record={slots_per_record} leaves {entry_limit} bytes per entry in a"
+                f" {record_size_limit}-byte record; use fewer slots per record"
+            )
+        record_count = math.ceil(capacity / slots_per_record)
+        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+        metadata_bins = {
+            rec.FORMAT: rec.FORMAT_VERSION,
+            rec.READY: 0,
+            rec.HEAD: 0,
+            rec.TAIL: 0,
+            rec.LOCK_OWNER: rec.NO_OWNER,
+            rec.LOCK_TTL_MS: max(1, round(lock_ttl * 1000)),
+            rec.FENCE_EPOCH: 0,
+            rec.FENCE_COUNTER: 0,
+            rec.RECORD_COUNT: record_count,
+            rec.SLOTS_PER_RECORD: slots_per_record,
+            rec.BUFFER_NAMESPACE: buffer_namespace,
+            rec.MAX_ENTRY_BYTES: entry_limit,
+        }
+        # The create-only metadata write claims the name; buffers come next and
+        # the queue becomes usable only when ``ready`` is set, so an interrupted
+        # create is reported as such instead of looking like a broken queue.
+        try:
+            backend.put(keys.metadata, metadata_bins, mode=WriteMode.CREATE_ONLY)
+        except errors.RecordExistsError:
+            raise errors.QueueExistsError(
+                f"queue {name!r} already exists in namespace {namespace!r}", queue=name
+            ) from None
+        empty_buffer = {rec.FENCE_EPOCH: 0, rec.FENCE_COUNTER: 0, rec.SLOTS: [None] * slots_per_record}
+        for index in range(record_count):
+            backend.put(keys.buffer(index), empty_buffer)
+        backend.put(keys.metadata, {rec.READY: 1}, mode=WriteMode.UPDATE_ONLY)
+        return cls.open(backend, name, namespace=namespace, lock_policy=lock_policy)
+
+    @classmethod
+    def open(
+        cls,
+        store: Any,
+        name: str,
+        *,
+        namespace: str | None = None,
+        lock_policy: LockPolicy = LockPolicy(),
+        fence_counter_limit: int = DEFAULT_COUNTER_LIMIT,
+    ) -> Queue:
+        """Open an existing queue; ``QueueNotFoundError`` if there is none."""
+        backend = connect(store)
+        rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        metadata = cls._read_metadata(backend, name, namespace)
+        return cls(backend, name, metadata, namespace=namespace, lock_policy=lock_policy,
+                   fence_counter_limit=fence_counter_limit)
+
+    @staticmethod
+    def _read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
+        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
+        record = backend.get(keys.metadata)
+        if record is None:
+            raise errors.QueueNotFoundError(
+                f"queue {name!r} does not exist in namespace {namespace!r}", queue=name
+            )
+        return rec.parse_metadata(name, record.bins)
+
+    @staticmethod
+    def delete(store: Any, name: str, *, namespace: str | None = None) -> bool:
+        """Delete a queue and all its records; False if it did not exist.
+
+        The metadata record goes first, so no new operation can start on a
+        half-deleted queue; buffer records left by an interrupted delete are
+        replaced when a queue of that name is created again.
+        """
+        backend = connect(store)
+        rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
+        record = backend.get(keys.metadata)
+        if record is None:
+            return False
+        record_count = record.bins.get(rec.RECORD_COUNT)
+        buffer_namespace = record.bins.get(rec.BUFFER_NAMESPACE, namespace)
+        backend.remove(keys.metadata)
+        if type(record_count) is int and isinstance(buffer_namespace, str):
+            buffers = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+            for index in range(record_count):
+                backend.remove(buffers.buffer(index))
+        return True
+
+    # --- producing -------------------------------------------------------------------
+
+    def enqueue(self, entry: Any, *, txn_id: str | int | None = None, overwrite_if_full: bool = False) -> int:
+        """Append one entry; return its offset.
+
+        ``QueueFullError`` if the queue is full, unless ``overwrite_if_full``,
+        which drops the oldest entry instead. Costs 3 round trips.
+        """
+        return self.enqueue_batch([entry], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
+
+    def enqueue_batch(
+        self, entries: Iterable[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
+    ) -> range:
+        """Append entries under one lock and one commit; return their offsets.
+
+        Either all entries are enqueued or none is. Every entry is checked
+        (type and size) before anything is written.
+        """
+        values = check_entries(entries, self.max_entry_bytes)
+        txn = _txn_id(txn_id)
+        count = len(values)
+        if count > self.capacity:
+            raise errors.InvalidArgumentError(
+                f"a batch of {count} entries does not fit queue {self.name!r} of capacity {self.capacity}"
+            )
+        if count == 0:
+            return range(0)
+        grant = self.lock.acquire(txn)
+        with self._releasing_on_error(grant):
+            head, tail = grant.head, grant.tail
+            if tail + count - head > self.capacity and not overwrite_if_full:
+                raise errors.QueueFullError(
+                    f"queue {self.name!r} has {self.capacity - (tail - head)} free slots,"
+                    f" {count} requested (capacity {self.capacity})",
+                    queue=self.name,
+                )
+            new_tail = tail + count
+            now_ms = time.time_ns() // 1_000_000
+            for record, offsets in self.shape.spans(tail, new_tail).items():
+                writes = [ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets]
+                grant, _ = self._buffer_command(grant, record, writes, read=None)
+            self.lock.commit(grant, head=max(head, new_tail - self.capacity), tail=new_tail)
+        return range(tail, new_tail)
+
+    # --- consuming -------------------------------------------------------------------
+
+    def dequeue(self, *, txn_id: str | int | None = None) -> Entry | None:
+        """Remove and return the head entry, or None if the queue is empty. 3 round trips."""
+        taken = self.dequeue_batch(1, txn_id=txn_id)
+        return taken[0] if taken else None
+
+    def dequeue_batch(self, max_entries: int, *, txn_id: str | int | None = None) -> list[Entry]:
+        """Remove and return up to ``max_entries`` entries from the head, in order.
+
+        An entry whose slot was overwritten by a later lap (possible only with
+        ``overwrite_if_full``) is skipped and logged; the call then goes on
+        until it returns at least one entry or finds the queue empty.
+        """
+        _positive_int("max_entries", max_entries)
+        txn = _txn_id(txn_id)
+        while True:
+            taken, skipped = self._dequeue_once(max_entries, txn)
+            if taken or not skipped:
+                return taken
+
+    def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], int]:
+        grant = self.lock.acquire(txn)
+        with self._releasing_on_error(grant):
+            head, tail = grant.head, grant.tail
+            stop = head + min(max_entries, tail - head)
+            taken: list[Entry] = []
+            skipped = 0
+            for record, offsets in self.shape.spans(head, stop).items():
+                first = self.shape.slot_of(offsets[0])
+                last = max(self.shape.slot_of(o) for o in offsets)
+                if len(offsets) > 1 and self.shape.slot_of(offsets[-1]) < first:
+                    first = 0  # the range wrapped around into the start of this record
+                erase = [ListSet(rec.SLOTS, self.shape.slot_of(o), None) for o in self._erasable(record, head, tail)]
+                grant, slots = self._buffer_command(
+                    grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
+                )
+                for offset in offsets:
+                    found = rec.slot_entry(self.name, record, slots[self.shape.slot_of(offset) - first], offset)
+                    if found is None:
+                        skipped += 1
+                        log.warning("queue %r: entry at offset %d was overwritten before it was dequeued",
+                                    self.name, offset)
+                    else:
+                        taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
+            self.lock.commit(grant, head=stop)
+        taken.sort(key=lambda entry: entry.offset)  # records were visited in first-touch order
+        return taken, skipped
+
+    def _erasable(self, record: int, head: int, tail: int) -> list[int]:
+        """Dequeued offsets of ``record`` whose slots no later lap has reused.
+
+        Offsets below ``head`` are dead for good; ``o + capacity >= tail``
+        means no committed entry has taken the slot since.
+        """
+        start = max(0, head - self.shape.slots_per_record, tail - self.capacity)
+        return [o for o in range(start, head) if self.shape.record_of(o) == record]
+
+    # --- reading without the lock --------------------------------------------------------
+
+    def get(self, offset: int) -> Entry | None:
+        """The entry at ``offset`` if it is in the queue now, else None. Takes no lock.
+
+        None when ``offset`` is outside [head, tail) or its slot already holds
+        another lap's entry. Costs 2 round trips (metadata, then one slot).
+        """
+        if type(offset) is not int or offset < 0:
+            raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
+        metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
+        if not metadata.head <= offset < metadata.tail:
+            return None
+        record = self.shape.record_of(offset)
+        slot_index = self.shape.slot_of(offset)
+        result = self.backend.operate(self.keys.buffer(record), [ListGetRange(rec.SLOTS, slot_index, 1)])
+        slots = result.get(rec.SLOTS)
+        if not isinstance(slots, list) or len(slots) != 1:
+            raise errors.CorruptQueueError(
+                f"buffer record {record} of queue {self.name!r} has no slot {slot_index}", queue=self.name
+            )
+        found = rec.slot_entry(self.name, record, slots[0], offset)
+        return None if found is None else Entry(offset=offset, value=found[0], enqueued_at_ms=found[1])
+
+    def info(self) -> QueueInfo:
+        """Name, namespaces, shape, head, tail, size and lock holder, as stored now."""
+        metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
+        return QueueInfo(
+            name=self.name,
+            namespace=self.keys.metadata_namespace,
+            buffer_namespace=metadata.buffer_namespace,
+            capacity=metadata.shape.capacity,
+            head_offset=metadata.head,
+            tail_offset=metadata.tail,
+            size=metadata.tail - metadata.head,
+            slots_per_record=metadata.shape.slots_per_record,
+            record_count=metadata.shape.record_count,
+            lock_owner=metadata.lock_owner or None,
+            lock_ttl=metadata.lock_ttl_ms / 1000,
+            max_entry_bytes=metadata.max_entry_bytes,
+        )
+
+    # --- buffer access under the lock ------------------------------------------------------
+
+    def _buffer_command(
+        self, grant: LockGrant, record: int, writes: list[ListSet], *, read: ListGetRange | None
+    ) -> tuple[LockGrant, list[Any]]:
+        """One command on a buffer record under the lock: fenced writes, then a read.
+
+        Renews the lock first when half its TTL has passed (long batches).
+        Returns the (possibly renewed) grant and the slots read.
+        """
+        if time.monotonic() - grant.acquired_at > self.lock_ttl / 2:
+            grant = self.lock.renew(grant)
+        operations: list[Operation] = [*writes, *mark(grant.token)] if writes else []
+        if read is not None:
+            operations.append(read)
+        try:
+            result = self.backend.operate(
+                self.keys.buffer(record),
+                operations,
+                condition=no_newer_writer(grant.token) if writes else None,
+            )
+        except errors.ConditionNotMetError:
+            raise errors.LockLostError(
+                f"txn {grant.txn_id!r} lost the lock of queue {self.name!r}: a later holder"
+                f" (token > {grant.token}) has written buffer record {record}; nothing was committed",
+                queue=self.name,
+                txn_id=grant.txn_id,
+            ) from None
+        except errors.RecordNotFoundError:
+            raise errors.CorruptQueueError(
+                f"buffer record {record} of queue {self.name!r} is missing", queue=self.name
+            ) from None
+        slots = result.get(rec.SLOTS, [])
+        if read is not None and not isinstance(slots, list):
+            raise errors.CorruptQueueError(
+                f"buffer record {record} of queue {self.name!r} has no slot list", queue=self.name
+            )
+        return grant, slots
+
+    def _releasing_on_error(self, grant: LockGrant) -> _ReleaseOnError:
+        return _ReleaseOnError(self.lock, grant)
+
+
+class _ReleaseOnError:
+    """Release the lock if the body fails before its commit, so others need not wait the TTL.
+
+    Not after an in-doubt commit: releasing then could turn "maybe applied"
+    into a wrong answer for nobody's benefit; that lock simply expires.
+    """
+
+    def __init__(self, lock: QueueLock, grant: LockGrant) -> None:
+        self._lock = lock
+        self._grant = grant
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc_type is None or isinstance(exc, (errors.LockLostError, errors.OutcomeUnknownError)):
+            return
+        try:
+            self._lock.release(self._grant)
+        except errors.LargeQueueError:
+            log.debug("could not release the lock after an error", exc_info=True)

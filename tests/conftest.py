@@ -1,0 +1,1 @@
+"""Test configuration: fixtures come from the ``tests.fix_*`` plugins (see pyproject addopts)."""

@@ -1,0 +1,118 @@
+"""Pytest plugin: the ``store`` fixture, one test run per backend.
+
+The embedded store always runs, with a clock the tests move by hand. The
+Aerospike store runs when ``LARGE_QUEUE_TEST_AEROSPIKE=host:port`` is set, or
+through testcontainers when a Docker engine answers; otherwise its tests are
+skipped with the reason. Known differences between the two stores are named
+in ``KNOWN_DIFFERENCES``, not tested for by name in the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from large_queue.backends import Backend, connect
+from large_queue.backends.embedded import EmbeddedBackend
+from large_queue.queue import Queue
+
+AEROSPIKE_ENVIRONMENT_VARIABLE = "LARGE_QUEUE_TEST_AEROSPIKE"
+AEROSPIKE_IMAGE = "aerospike/aerospike-server:8.1.0.0"
+
+KNOWN_DIFFERENCES = {
+    "movable_clock": "the Aerospike server's clock cannot be moved: lock-expiry tests wait instead",
+    "second_namespace": "the test Aerospike server has one namespace, 'test'",
+    "configurable_record_size": "the record size limit is a server setting on Aerospike",
+}
+
+
+class ManualClock:
+    """The embedded store's clock, moved forward by tests instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.now_ns = time.time_ns()
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, seconds: float) -> None:
+        self.now_ns += int(seconds * 1_000_000_000)
+
+
+@dataclass
+class Store:
+    """A backend under test and what the tests may do with its clock."""
+
+    kind: str
+    backend: Backend
+    advance: Callable[[float], None]
+    lacks: frozenset[str] = field(default_factory=frozenset)
+    created: list[str] = field(default_factory=list)
+
+    def skip_if_lacking(self, feature: str) -> None:
+        """Skip the test when this store lacks ``feature`` (see KNOWN_DIFFERENCES)."""
+        if feature in self.lacks:
+            pytest.skip(KNOWN_DIFFERENCES[feature])
+
+    def new_queue(self, **options: object) -> Queue:
+        """A new queue with a unique name, deleted after the test."""
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        self.created.append(name)
+        options.setdefault("capacity", 12)
+        options.setdefault("slots_per_record", 3)
+        return Queue.create(self.backend, name, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def aerospike_address() -> Iterator[str]:
+    """host:port of an Aerospike server, or skip."""
+    configured = os.environ.get(AEROSPIKE_ENVIRONMENT_VARIABLE)
+    if configured:
+        yield configured
+        return
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        pytest.skip(
+            f"no Aerospike server: set {AEROSPIKE_ENVIRONMENT_VARIABLE}=host:port or make a Docker"
+            f" engine reachable ({type(exc).__name__})"
+        )
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    container = DockerContainer(AEROSPIKE_IMAGE).with_exposed_ports(3000)
+    container.start()
+    try:
+        wait_for_logs(container, "service ready", timeout=120)
+        yield f"{container.get_container_host_ip()}:{container.get_exposed_port(3000)}"
+    finally:
+        container.stop()
+
+
+@pytest.fixture(params=["embedded", "aerospike"])
+def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
+    """Each test that uses it runs once per backend."""
+    if request.param == "embedded":
+        clock = ManualClock()
+        backend: Backend = EmbeddedBackend(
+            os.path.join(str(tmp_path), "store.db"), namespaces=("test", "other"), clock=clock
+        )
+        result = Store("embedded", backend, clock.advance)
+    else:
+        address = request.getfixturevalue("aerospike_address")
+        backend = connect(f"aerospike://{address}/test")
+        result = Store(
+            "aerospike", backend, time.sleep,
+            lacks=frozenset({"movable_clock", "second_namespace", "configurable_record_size"}),
+        )
+    yield result
+    for name in result.created:
+        Queue.delete(backend, name)
+    backend.close()

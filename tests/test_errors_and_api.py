@@ -1,0 +1,152 @@
+"""The error tree, its mapping from the Aerospike client, pickling, and the public API."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import pytest
+from aerospike import exception as aerospike_exception
+
+import large_queue
+from large_queue import errors
+from large_queue.backends import connect
+from large_queue.backends.aerospike import compile_condition, translate
+from large_queue.backends.conditions import (
+    UNKNOWN,
+    BinExists,
+    IntBin,
+    Not,
+    SinceUpdateMs,
+    StrBin,
+    all_of,
+    any_of,
+    eq,
+    evaluate,
+    gt,
+    le,
+    lt,
+)
+from large_queue.backends.embedded import EmbeddedBackend
+
+EXPECTED_BY_CLIENT_CLASS = {
+    "RecordNotFound": errors.RecordNotFoundError,
+    "RecordGenerationError": errors.GenerationMismatchError,
+    "RecordExistsError": errors.RecordExistsError,
+    "RecordTooBig": errors.RecordTooLargeError,
+    "BinNameError": errors.BinNameError,
+    "FilteredOut": errors.ConditionNotMetError,
+    "NamespaceNotFound": errors.NamespaceNotFoundError,
+    "TimeoutError": errors.BackendTimeoutError,
+    "ClusterError": errors.BackendUnavailableError,
+    "ConnectionError": errors.BackendUnavailableError,
+    "RecordBusy": errors.BackendBusyError,
+    "DeviceOverload": errors.BackendBusyError,
+    "ParamError": errors.BackendUsageError,
+    "BinIncompatibleType": errors.BinTypeError,
+    "ServerError": errors.BackendError,
+}
+
+
+@pytest.mark.parametrize(("client_class", "expected"), EXPECTED_BY_CLIENT_CLASS.items())
+def test_client_exceptions_map_to_our_tree(client_class: str, expected: type) -> None:
+    cls = getattr(aerospike_exception, client_class)
+    original = cls(cls.code, "server said no", "file.c", 1, client_class == "TimeoutError")
+    mapped = translate(original)
+    assert type(mapped) is expected
+    assert mapped.code == cls.code
+    assert mapped.in_doubt is (client_class == "TimeoutError")
+    assert "server said no" in str(mapped)
+
+
+def _error_classes() -> list[type[errors.LargeQueueError]]:
+    return [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.LargeQueueError)]
+
+
+@pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
+def test_errors_pickle_with_details(cls: type[errors.LargeQueueError]) -> None:
+    error = cls("something failed", txn_id="t-1", in_doubt=True, code=9)
+    restored = pickle.loads(pickle.dumps(error))
+    assert type(restored) is cls
+    assert (restored.reason, restored.txn_id, restored.in_doubt, restored.code) == (
+        "something failed", "t-1", True, 9
+    )
+    assert isinstance(restored, large_queue.ASAborted)
+
+
+def test_public_names() -> None:
+    public = {n for n in dir(large_queue) if not n.startswith("_")} - {
+        "annotations", "backends", "errors", "fencing", "lock", "queue",
+    }
+    assert sorted(large_queue.__all__) == large_queue.__all__
+    assert set(large_queue.__all__) == public
+
+
+def test_public_functions_have_docstrings() -> None:
+    import large_queue.backends.aerospike
+    import large_queue.backends.embedded
+    import large_queue.cli
+
+    modules = [large_queue, large_queue.queue, large_queue.lock, large_queue.fencing, large_queue.errors,
+               large_queue.backends, large_queue.backends.embedded, large_queue.backends.aerospike,
+               large_queue.backends.conditions, large_queue.cli]
+    missing = []
+    for module in modules:
+        assert module.__doc__, module.__name__
+        for name, member in inspect.getmembers(module):
+            if name.startswith("_") or getattr(member, "__module__", None) != module.__name__:
+                continue
+            if not inspect.getdoc(member):
+                missing.append(f"{module.__name__}.{name}")
+            if inspect.isclass(member):
+                for attr, method in vars(member).items():
+                    if not attr.startswith("_") and inspect.isfunction(method) and not method.__doc__:
+                        missing.append(f"{module.__name__}.{name}.{attr}")
+    assert missing == []
+
+
+def test_conditions_follow_aerospike_three_valued_logic() -> None:
+    bins = {"n": 5, "s": "x"}
+    assert evaluate(eq(IntBin("n"), 5), bins, 0) is True
+    assert evaluate(eq(IntBin("missing"), 5), bins, 0) is UNKNOWN
+    assert evaluate(eq(IntBin("s"), 5), bins, 0) is UNKNOWN  # type mismatch
+    assert evaluate(any_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, 0) is True
+    assert evaluate(all_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, 0) is UNKNOWN
+    assert evaluate(all_of(lt(IntBin("n"), 1), eq(IntBin("missing"), 1)), bins, 0) is False
+    assert evaluate(Not(eq(IntBin("missing"), 1)), bins, 0) is UNKNOWN
+    assert evaluate(gt(SinceUpdateMs(), IntBin("n")), bins, 6) is True
+    assert evaluate(le(SinceUpdateMs(), IntBin("n")), bins, 6) is False
+    assert evaluate(BinExists("s"), bins, 0) is True
+
+
+def test_conditions_compile_to_filter_expressions() -> None:
+    condition = any_of(
+        eq(StrBin("owner"), ""),
+        all_of(gt(SinceUpdateMs(), IntBin("ttl")), Not(BinExists("x")), le(IntBin("c"), 3)),
+    )
+    compiled = compile_condition(condition)
+    assert isinstance(compiled, list) and len(compiled) > 5
+
+
+def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = connect(f"embedded://{tmp_path}/a.db?namespaces=one,two&record_size_limit=65536")
+    assert isinstance(backend, EmbeddedBackend)
+    assert backend.namespaces == {"one", "two"} and backend.record_size_limit == 65536
+    monkeypatch.setenv("LARGE_QUEUE_URL", f"embedded://{tmp_path}/b.db")
+    assert isinstance(connect(), EmbeddedBackend)
+    assert connect(backend) is backend
+    for bad, message in [
+        ("redis://x", "unknown store URL"),
+        ("embedded://", "names no file"),
+        ("aerospike://nohost/test", "not host:port"),
+        (f"embedded://{tmp_path}/c.db?record_size_limit=big", "not an integer"),
+    ]:
+        with pytest.raises(errors.InvalidArgumentError, match=message):
+            connect(bad)
+    with pytest.raises(errors.InvalidArgumentError, match="not int"):
+        connect(42)
+
+
+def test_unreachable_aerospike_is_a_clear_error() -> None:
+    with pytest.raises(errors.BackendUnavailableError):
+        connect("aerospike://127.0.0.1:1/test?timeout_ms=200")

@@ -1,0 +1,105 @@
+"""Lock breaking, stale holders and fencing, on every backend.
+
+Each test plays a timeline: A holds the lock, A pauses past the TTL (the
+store's clock moves, or the test waits on Aerospike), B breaks the lock, and
+A comes back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue
+from large_queue import _records as rec
+from large_queue.backends import ListSet
+from large_queue.fencing import FencingToken
+from tests.fix_backends import Store
+
+TTL = 0.3
+SHORT_WAIT = LockPolicy(acquire_timeout=0.05, initial_wait=0.001, max_wait=0.01)
+
+
+def test_held_lock_blocks_until_it_expires(store: Store) -> None:
+    queue = store.new_queue(lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    holder = queue.lock.try_acquire("A")
+    assert queue.info().lock_owner == "A"
+    with pytest.raises(LockNotAcquiredError, match="another holder"):
+        queue.enqueue("blocked")
+    store.advance(TTL * 2)
+    assert queue.enqueue("after expiry") == 0  # B broke A's expired lock
+    with pytest.raises(LockLostError, match="nothing was committed"):
+        queue.lock.commit(holder, tail=holder.tail + 1)
+    assert queue.info().tail_offset == 1
+
+
+def test_renewal_keeps_the_lock(store: Store) -> None:
+    queue = store.new_queue(lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    holder = queue.lock.try_acquire("A")
+    store.advance(TTL * 0.7)
+    holder = queue.lock.renew(holder)
+    store.advance(TTL * 0.7)  # 1.4 TTL since acquire, 0.7 since renewal
+    with pytest.raises(LockNotAcquiredError):
+        queue.enqueue("still blocked")
+    queue.lock.release(holder)
+    assert queue.enqueue("now") == 0
+
+
+def test_stale_writer_is_fenced_and_cannot_commit(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    # t=0: A locks and reads tail=0, then pauses.
+    stale = queue.lock.try_acquire("A")
+    store.advance(TTL * 2)
+    # t=2 TTL: B breaks the lock and enqueues at offset 0 (buffer record 0).
+    assert queue.enqueue("B's entry", txn_id="B") == 0
+    # A resumes: its write to record 0 carries an older token and is refused.
+    with pytest.raises(LockLostError, match="later holder"):
+        queue._buffer_command(stale, 0, [ListSet(rec.SLOTS, 0, [0, "A's entry", 0])], read=None)
+    with pytest.raises(LockLostError):
+        queue.lock.commit(stale, tail=1)
+    assert queue.get(0).value == "B's entry"  # type: ignore[union-attr]
+    assert queue.dequeue().value == "B's entry"  # type: ignore[union-attr]
+    assert queue.dequeue() is None
+
+
+def test_stale_dequeuer_cannot_deliver_twice_or_erase_live_entries(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue.enqueue_batch(["e0", "e1", "e2"])
+    stale = queue.lock.try_acquire("A")  # A would dequeue e0, then pauses
+    store.advance(TTL * 2)
+    assert queue.dequeue(txn_id="B").value == "e0"  # type: ignore[union-attr]
+    with pytest.raises(LockLostError):
+        queue.lock.commit(stale, head=stale.head + 1)  # A's dequeue of e0 never commits
+    assert [e.value for e in queue.dequeue_batch(5)] == ["e1", "e2"]
+
+
+def test_stale_writer_on_an_untouched_record_stays_invisible(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    stale = queue.lock.try_acquire("A")
+    store.advance(TTL * 2)
+    queue.enqueue("B", txn_id="B")  # record 0
+    # A writes record 1 (nobody newer touched it): allowed, but beyond the tail.
+    queue._buffer_command(stale, 1, [ListSet(rec.SLOTS, 0, [3, "ghost", 0])], read=None)
+    assert queue.get(3) is None
+    queue.enqueue_batch(["c", "d", "e"])  # offsets 1..3: record 1 slot 0 is rewritten
+    assert [e.value for e in queue.dequeue_batch(10)] == ["B", "c", "d", "e"]
+
+
+def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    wrapping = Queue.open(store.backend, queue.name, fence_counter_limit=3)
+    tokens = []
+    for value in range(5):
+        grant = wrapping.lock.try_acquire("W")
+        tokens.append(grant.token)
+        wrapping.lock.release(grant)
+        wrapping.enqueue(value)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert tokens[0] == FencingToken(0, 1) and tokens[-1].epoch >= 1
+    # A holder from the old epoch with a huge counter is older than every new token.
+    stale = queue.lock.try_acquire("A")
+    store.advance(TTL * 2)
+    old_epoch = type(stale)(txn_id="A", token=FencingToken(0, 2), head=stale.head, tail=stale.tail,
+                            acquired_at=stale.acquired_at)
+    with pytest.raises(LockLostError):
+        queue._buffer_command(old_epoch, 0, [ListSet(rec.SLOTS, 0, [0, "old", 0])], read=None)
+    assert [e.value for e in wrapping.dequeue_batch(10)] == [0, 1, 2, 3, 4]

@@ -1,0 +1,165 @@
+"""Queue behaviour on every backend: FIFO, edges, overwrite, offsets, batches, costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from large_queue import (
+    InvalidArgumentError,
+    Queue,
+    QueueExistsError,
+    QueueFullError,
+    QueueNotFoundError,
+)
+from large_queue import _records as rec
+from tests.fix_backends import Store
+
+
+def drain(queue: Queue) -> list[int]:
+    values = []
+    while (entry := queue.dequeue()) is not None:
+        values.append(entry.value)
+    return values
+
+
+def test_fifo_across_records_and_laps(store: Store) -> None:
+    queue = store.new_queue(capacity=10, slots_per_record=3)  # 4 records, capacity 12
+    assert queue.capacity == 12
+    expected: list[int] = []
+    produced = 0
+    for _lap in range(5):  # several laps around the ring, offsets keep growing
+        for _ in range(7):
+            assert queue.enqueue(produced) == produced
+            expected.append(produced)
+            produced += 1
+        got = [queue.dequeue() for _ in range(7)]
+        assert [e.value for e in got if e] == expected[:7]
+        assert [e.offset for e in got if e] == expected[:7]
+        expected = expected[7:]
+    info = queue.info()
+    assert (info.head_offset, info.tail_offset, info.size) == (35, 35, 0)
+
+
+def test_empty_and_full_edges(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    assert queue.dequeue() is None
+    assert queue.dequeue_batch(5) == []
+    offsets = queue.enqueue_batch(range(6))
+    assert offsets == range(0, 6)
+    with pytest.raises(QueueFullError, match="0 free slots"):
+        queue.enqueue("one too many")
+    with pytest.raises(QueueFullError):
+        queue.enqueue_batch(["a", "b"])
+    assert queue.info().tail_offset == 6  # a refused enqueue changes nothing
+    assert queue.dequeue().value == 0  # type: ignore[union-attr]
+    assert queue.enqueue(6) == 6
+    assert drain(queue) == [1, 2, 3, 4, 5, 6]
+    assert queue.info().lock_owner is None
+
+
+def test_overwrite_if_full_drops_oldest(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(6))
+    assert queue.enqueue(6, overwrite_if_full=True) == 6
+    assert queue.enqueue_batch([7, 8], overwrite_if_full=True) == range(7, 9)
+    info = queue.info()
+    assert (info.head_offset, info.tail_offset) == (3, 9)
+    assert queue.get(2) is None  # dropped
+    assert drain(queue) == [3, 4, 5, 6, 7, 8]
+
+
+def test_offset_reads_live_dequeued_and_overwritten(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["a", "b", "c"])
+    entry = queue.get(1)
+    assert entry is not None and (entry.offset, entry.value) == (1, "b")
+    assert entry.enqueued_at_ms > 0
+    assert queue.get(3) is None  # not yet written
+    queue.dequeue()
+    assert queue.get(0) is None  # dequeued
+    queue.enqueue_batch(["d", "e", "f", "g"])
+    queue.enqueue_batch(["h", "i"], overwrite_if_full=True)  # offsets 7, 8 reuse the slots of 1, 2
+    assert queue.get(1) is None and queue.get(2) is None
+    assert queue.get(8).value == "i"  # type: ignore[union-attr]
+    with pytest.raises(InvalidArgumentError):
+        queue.get(-1)
+
+
+def test_batches_span_records_and_cost_one_command_per_record(store: Store) -> None:
+    queue = store.new_queue(capacity=30, slots_per_record=4)  # 8 records
+    queue.enqueue_batch(range(3))
+    before = store.backend.commands
+    offsets = queue.enqueue_batch(range(3, 13))  # offsets 3..12: records 0, 1, 2, 3
+    assert offsets == range(3, 13)
+    assert store.backend.commands - before == 2 + 4
+    before = store.backend.commands
+    taken = queue.dequeue_batch(11)  # offsets 0..10: records 0, 1, 2
+    assert [e.value for e in taken] == list(range(11))
+    assert store.backend.commands - before == 2 + 3
+    assert [e.value for e in queue.dequeue_batch(100)] == [11, 12]
+
+
+def test_single_operations_cost_three_round_trips(store: Store) -> None:
+    queue = store.new_queue()
+    before = store.backend.commands
+    queue.enqueue("x")
+    assert store.backend.commands - before == 3
+    before = store.backend.commands
+    queue.dequeue()
+    assert store.backend.commands - before == 3
+    before = store.backend.commands
+    assert queue.dequeue() is None
+    assert store.backend.commands - before == 2  # lock, release
+
+
+def test_batch_that_wraps_into_its_first_record(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(4))
+    queue.dequeue_batch(4)
+    queue.enqueue_batch(range(100, 106))  # offsets 4..9: records 1, 0, 1 (wraps into record 1)
+    assert [e.value for e in queue.dequeue_batch(6)] == list(range(100, 106))
+
+
+def test_dequeued_slots_are_erased(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["secret-0", "secret-1", "secret-2", "x"])
+    queue.dequeue()
+    queue.dequeue()  # erases offset 0 (below the head it read)
+    queue.dequeue()  # erases offset 1
+    slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
+    assert slots[0] is None and slots[1] is None
+    assert slots[2][1] == "secret-2"  # delivered by the last dequeue; erased by the next one here
+    queue.enqueue_batch(["y", "z"])
+    queue.dequeue()
+    queue.dequeue()  # reads record 1 only; record 0 keeps its last slot until reused
+    queue.enqueue_batch(["p", "q", "r"])  # offsets 6, 7, 8 reuse record 0
+    slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
+    assert [s[1] for s in slots] == ["p", "q", "r"]
+
+
+def test_create_open_delete(store: Store) -> None:
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    with pytest.raises(QueueExistsError, match="already exists"):
+        Queue.create(store.backend, queue.name, capacity=10)
+    reopened = Queue.open(store.backend, queue.name)
+    reopened.enqueue({"k": [1, 2.5, None, True, b"\x00\xff"]})
+    assert queue.dequeue().value == {"k": [1, 2.5, None, True, b"\x00\xff"]}  # type: ignore[union-attr]
+    info = reopened.info()
+    assert (info.capacity, info.record_count, info.slots_per_record) == (10, 2, 5)
+    assert Queue.delete(store.backend, queue.name) is True
+    assert Queue.delete(store.backend, queue.name) is False
+    assert store.backend.get(queue.keys.buffer(0)) is None
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store.backend, queue.name)
+    with pytest.raises(QueueNotFoundError):
+        queue.enqueue(1)
+
+
+def test_metadata_and_buffers_in_different_namespaces(store: Store) -> None:
+    store.skip_if_lacking("second_namespace")
+    queue = store.new_queue(namespace="test", buffer_namespace="other")
+    queue.enqueue_batch([1, 2, 3, 4])
+    assert store.backend.get(rec.QueueKeys(name=queue.name, metadata_namespace="other",
+                                           buffer_namespace="other").buffer(1)) is not None
+    assert [e.value for e in queue.dequeue_batch(4)] == [1, 2, 3, 4]
+    assert queue.info().buffer_namespace == "other"

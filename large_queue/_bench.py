@@ -28,6 +28,7 @@ class Figure:
 
     name: str
     operations: int
+    calls: int
     seconds: float
     round_trips: int
     unit: str = "ops"
@@ -38,13 +39,20 @@ class Figure:
         return self.operations / self.seconds if self.seconds else 0.0
 
     @property
-    def round_trips_per_operation(self) -> float:
-        """Store commands per operation."""
-        return self.round_trips / self.operations if self.operations else 0.0
+    def round_trips_per_call(self) -> float:
+        """Store commands per API call (one single operation or one whole batch)."""
+        return self.round_trips / self.calls if self.calls else 0.0
 
 
-def _timed(name: str, backend: Backend, count: int, step: Callable[[int], int], *, unit: str = "ops",
-           progress: bool = True) -> Figure:
+def _timed(
+    name: str,
+    backend: Backend,
+    count: int,
+    step: Callable[[int], int],
+    *,
+    unit: str = "ops",
+    progress: bool = True,
+) -> Figure:
     """Run ``step(i)`` ``count`` times; each returns how many operations it did."""
     done = 0
     before = backend.commands
@@ -52,16 +60,31 @@ def _timed(name: str, backend: Backend, count: int, step: Callable[[int], int], 
     for i in tqdm(range(count), desc=name, leave=False, disable=not progress, mininterval=0.5):
         done += step(i)
     seconds = time.perf_counter() - start
-    return Figure(name=name, operations=done, seconds=seconds, round_trips=backend.commands - before, unit=unit)
+    return Figure(
+        name=name,
+        operations=done,
+        calls=count,
+        seconds=seconds,
+        round_trips=backend.commands - before,
+        unit=unit,
+    )
 
 
 def _raw_commands(backend: Backend, count: int, progress: bool) -> Figure:
-    key = QueueKeys(name=f"bench-raw-{uuid.uuid4().hex[:8]}", metadata_namespace=backend.default_namespace,
-                    buffer_namespace=backend.default_namespace).metadata
+    key = QueueKeys(
+        name=f"bench-raw-{uuid.uuid4().hex[:8]}",
+        metadata_namespace=backend.default_namespace,
+        buffer_namespace=backend.default_namespace,
+    ).metadata
     backend.put(key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
     try:
-        return _timed("raw single-record command", backend, count,
-                      lambda i: len(backend.operate(key, [Increment("n", 1), Read("n")])), progress=progress)
+        return _timed(
+            "raw single-record command",
+            backend,
+            count,
+            lambda i: len(backend.operate(key, [Increment("n", 1), Read("n")])),
+            progress=progress,
+        )
     finally:
         backend.remove(key)
 
@@ -83,8 +106,10 @@ def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, boo
     queue = Queue.create(backend, name, capacity=processes * per_process, slots_per_record=100)
     context = multiprocessing.get_context("spawn")
     start_event, results = context.Event(), context.Queue()
-    workers = [context.Process(target=_producer_process, args=(url, name, per_process, start_event, results))
-               for _ in range(processes)]
+    workers = [
+        context.Process(target=_producer_process, args=(url, name, per_process, start_event, results))
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     time.sleep(0.5)  # let every interpreter start before the clock does
@@ -97,13 +122,25 @@ def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, boo
     values = [e.value for e in queue.dequeue_batch(processes * per_process)]
     exact = len(values) == len(set(values)) == processes * per_process
     Queue.delete(backend, name)
-    figure = Figure(name=f"{processes} producer process(es), single enqueue", operations=processes * per_process,
-                    seconds=seconds, round_trips=sum(commands for _, commands in reports))
+    figure = Figure(
+        name=f"{processes} producer process(es), single enqueue",
+        operations=processes * per_process,
+        calls=processes * per_process,
+        seconds=seconds,
+        round_trips=sum(commands for _, commands in reports),
+    )
     return figure, exact
 
 
-def run(url: str, *, operations: int = 3000, batches: int = 300, batch_size: int = 100,
-        processes: int = 4, progress: bool = True) -> list[str]:
+def run(
+    url: str,
+    *,
+    operations: int = 3000,
+    batches: int = 300,
+    batch_size: int = 100,
+    processes: int = 4,
+    progress: bool = True,
+) -> list[str]:
     """Measure and return the report's lines."""
     backend = connect(url)
     name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -112,15 +149,36 @@ def run(url: str, *, operations: int = 3000, batches: int = 300, batch_size: int
     try:
         raw = _raw_commands(backend, operations, progress)
         figures = [
-            _timed("enqueue (single)", backend, operations, lambda i: queue.enqueue({"n": i}) * 0 + 1,
-                   progress=progress),
-            _timed("dequeue (single)", backend, operations, lambda i: 1 if queue.dequeue() else 0,
-                   progress=progress),
-            _timed(f"enqueue (batches of {batch_size})", backend, batches,
-                   lambda i: len(queue.enqueue_batch([{"n": i, "k": k} for k in range(batch_size)])),
-                   unit="entries", progress=progress),
-            _timed(f"dequeue (batches of {batch_size})", backend, batches,
-                   lambda i: len(queue.dequeue_batch(batch_size)), unit="entries", progress=progress),
+            _timed(
+                "enqueue (single)",
+                backend,
+                operations,
+                lambda i: len([queue.enqueue({"n": i})]),
+                progress=progress,
+            ),
+            _timed(
+                "dequeue (single)",
+                backend,
+                operations,
+                lambda i: 1 if queue.dequeue() else 0,
+                progress=progress,
+            ),
+            _timed(
+                f"enqueue (batches of {batch_size})",
+                backend,
+                batches,
+                lambda i: len(queue.enqueue_batch([{"n": i, "k": k} for k in range(batch_size)])),
+                unit="entries",
+                progress=progress,
+            ),
+            _timed(
+                f"dequeue (batches of {batch_size})",
+                backend,
+                batches,
+                lambda i: len(queue.dequeue_batch(batch_size)),
+                unit="entries",
+                progress=progress,
+            ),
         ]
     finally:
         Queue.delete(backend, name)
@@ -129,13 +187,13 @@ def run(url: str, *, operations: int = 3000, batches: int = 300, batch_size: int
     many, many_exact = _concurrent(url, processes, per_process)
     lines = [
         f"store: {backend!r}",
-        f"{'measure':45} {'rate':>14} {'round trips/op':>15} {'x raw rate':>11}",
-        f"{raw.name:45} {raw.rate:>10,.0f} ops/s {raw.round_trips_per_operation:>15.2f} {1.0:>11.2f}",
+        f"{'measure':44} {'rate':>20} {'round trips/call':>17} {'x raw rate':>11}",
     ]
-    for figure in [*figures, one, many]:
+    for figure in [raw, *figures, one, many]:
+        rate = f"{figure.rate:,.0f} {figure.unit}/s"
         lines.append(
-            f"{figure.name:45} {figure.rate:>8,.0f} {figure.unit}/s"[: 45 + 15 + 1].ljust(61)
-            + f" {figure.round_trips_per_operation:>15.3f} {figure.rate / raw.rate:>11.2f}"
+            f"{figure.name:44} {rate:>20} {figure.round_trips_per_call:>17.3f}"
+            f" {figure.rate / raw.rate:>11.2f}"
         )
     lines.append(
         f"{processes} producers vs 1: aggregate {many.rate / one.rate:.2f}x;"

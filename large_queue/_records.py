@@ -121,12 +121,23 @@ class Metadata:
     max_entry_bytes: int
 
 
-_INTEGER_BINS = (FORMAT, READY, HEAD, TAIL, LOCK_TTL_MS, FENCE_EPOCH, FENCE_COUNTER,
-                 RECORD_COUNT, SLOTS_PER_RECORD, MAX_ENTRY_BYTES)
+_INTEGER_BINS = (
+    FORMAT,
+    READY,
+    HEAD,
+    TAIL,
+    LOCK_TTL_MS,
+    FENCE_EPOCH,
+    FENCE_COUNTER,
+    RECORD_COUNT,
+    SLOTS_PER_RECORD,
+    MAX_ENTRY_BYTES,
+)
 
 
 def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     """Validate a metadata record's bins, naming the first problem found."""
+
     def corrupt(problem: str) -> errors.CorruptQueueError:
         return errors.CorruptQueueError(f"metadata record of queue {queue!r}: {problem}", queue=queue)
 
@@ -151,9 +162,15 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     if not 0 <= head <= tail <= head + shape.capacity:
         raise corrupt(f"head {head} and tail {tail} break 0 <= head <= tail <= head + {shape.capacity}")
     return Metadata(
-        shape=shape, head=head, tail=tail, buffer_namespace=bins[BUFFER_NAMESPACE],
-        lock_owner=bins[LOCK_OWNER], lock_ttl_ms=bins[LOCK_TTL_MS], fence_epoch=bins[FENCE_EPOCH],
-        fence_counter=bins[FENCE_COUNTER], max_entry_bytes=bins[MAX_ENTRY_BYTES],
+        shape=shape,
+        head=head,
+        tail=tail,
+        buffer_namespace=bins[BUFFER_NAMESPACE],
+        lock_owner=bins[LOCK_OWNER],
+        lock_ttl_ms=bins[LOCK_TTL_MS],
+        fence_epoch=bins[FENCE_EPOCH],
+        fence_counter=bins[FENCE_COUNTER],
+        max_entry_bytes=bins[MAX_ENTRY_BYTES],
     )
 
 

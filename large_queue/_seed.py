@@ -35,10 +35,13 @@ class LargeQueue:
     def __init__(self) -> None:
         self.queue: Queue | None = None
 
-    def create_new_queue(self, client: Any, namespace: str, q_name: str, max_size: int, slots_per_rec: int) -> None:
+    def create_new_queue(
+        self, client: Any, namespace: str, q_name: str, max_size: int, slots_per_rec: int
+    ) -> None:
         """Create a queue of at least ``max_size`` entries, ``slots_per_rec`` per buffer record."""
-        self.queue = Queue.create(client, q_name, namespace=namespace, capacity=max_size,
-                                  slots_per_record=slots_per_rec)
+        self.queue = Queue.create(
+            client, q_name, namespace=namespace, capacity=max_size, slots_per_record=slots_per_rec
+        )
 
     def initialize_existing_queue(self, client: Any, namespace: str, q_name: str) -> None:
         """Open an existing queue; raises ``ASAborted`` if it does not exist."""
@@ -46,7 +49,9 @@ class LargeQueue:
 
     def _opened(self) -> Queue:
         if self.queue is None:
-            raise QueueError("the queue is not initialized: call create_new_queue or initialize_existing_queue")
+            raise QueueError(
+                "the queue is not initialized: call create_new_queue or initialize_existing_queue"
+            )
         return self.queue
 
     def get_queue_info(self) -> dict[str, Any] | None:

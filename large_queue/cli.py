@@ -48,15 +48,20 @@ def _demo(url: str | None) -> None:
     print(f"store: {store!r}")
     Queue.delete(store, "demo")
     queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
-    print(f"created {queue!r}: {queue.shape.record_count} buffer records of {queue.shape.slots_per_record} slots")
+    print(
+        f"created {queue!r}: {queue.shape.record_count} buffer records"
+        f" of {queue.shape.slots_per_record} slots"
+    )
     for n in range(12):
         try:
             offset = queue.enqueue({"msg-id": n, "text": f"message {n}"})
             print(f"enqueued message {n} at offset {offset}")
         except errors.QueueFullError as exc:
             print(f"message {n} refused: {exc}")
-    print("with overwrite_if_full the oldest entry makes room:",
-          queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True))
+    print(
+        "with overwrite_if_full the oldest entry makes room:",
+        queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True),
+    )
     info = queue.info()
     print(f"head {info.head_offset}, tail {info.tail_offset}, size {info.size}")
     print("offset read of the head, no lock:", queue.get(info.head_offset))
@@ -74,9 +79,14 @@ def _bench(args: argparse.Namespace) -> None:
     url = args.url or os.environ.get("LARGE_QUEUE_URL")
     with tempfile.TemporaryDirectory() as directory:
         url = url or f"embedded://{directory}/bench.db"
-        for line in _bench.run(url, operations=args.operations, batches=args.batches,
-                               batch_size=args.batch_size, processes=args.processes,
-                               progress=not args.no_progress):
+        for line in _bench.run(
+            url,
+            operations=args.operations,
+            batches=args.batches,
+            batch_size=args.batch_size,
+            processes=args.processes,
+            progress=not args.no_progress,
+        ):
             print(line)
 
 
@@ -91,8 +101,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--slots-per-record", type=int, default=100)
     create.add_argument("--buffer-namespace")
     create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
-    for name, text in [("info", "show a queue's state"), ("dequeue", "remove and print the head entry"),
-                       ("delete", "delete a queue and its records")]:
+    for name, text in [
+        ("info", "show a queue's state"),
+        ("dequeue", "remove and print the head entry"),
+        ("delete", "delete a queue and its records"),
+    ]:
         commands.add_parser(name, help=text).add_argument("queue")
     enqueue = commands.add_parser("enqueue", help="append JSON entries")
     enqueue.add_argument("queue")
@@ -124,9 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "bench":
             _bench(args)
         elif args.command == "create":
-            _print(Queue.create(connect(args.url), args.queue, capacity=args.capacity,
-                                slots_per_record=args.slots_per_record, namespace=args.namespace,
-                                buffer_namespace=args.buffer_namespace, lock_ttl=args.lock_ttl).info())
+            _print(
+                Queue.create(
+                    connect(args.url),
+                    args.queue,
+                    capacity=args.capacity,
+                    slots_per_record=args.slots_per_record,
+                    namespace=args.namespace,
+                    buffer_namespace=args.buffer_namespace,
+                    lock_ttl=args.lock_ttl,
+                ).info()
+            )
         elif args.command == "delete":
             _print({"deleted": Queue.delete(connect(args.url), args.queue, namespace=args.namespace)})
         else:

@@ -103,7 +103,13 @@ class OutcomeUnknownError(QueueError):
 
 
 class BackendError(LargeQueueError):
-    """The store refused or failed a command; ``code`` is the store's result code."""
+    """The store refused or failed a command; ``code`` is the store's result code.
+
+    ``in_doubt`` is True when the command may have been applied anyway.
+    """
+
+    code: int | None = None
+    in_doubt: bool = False
 
 
 class RecordNotFoundError(BackendError):

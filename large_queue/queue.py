@@ -151,7 +151,9 @@ class Queue:
         """
         backend = connect(store)
         rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
-        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        namespace = rec.check_name(
+            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
+        )
         buffer_namespace = rec.check_name(
             "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
         )
@@ -213,10 +215,18 @@ class Queue:
         """Open an existing queue; ``QueueNotFoundError`` if there is none."""
         backend = connect(store)
         rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
-        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        namespace = rec.check_name(
+            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
+        )
         metadata = cls._read_metadata(backend, name, namespace)
-        return cls(backend, name, metadata, namespace=namespace, lock_policy=lock_policy,
-                   fence_counter_limit=fence_counter_limit)
+        return cls(
+            backend,
+            name,
+            metadata,
+            namespace=namespace,
+            lock_policy=lock_policy,
+            fence_counter_limit=fence_counter_limit,
+        )
 
     @staticmethod
     def _read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
@@ -238,7 +248,9 @@ class Queue:
         """
         backend = connect(store)
         rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
-        namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+        namespace = rec.check_name(
+            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
+        )
         keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
         record = backend.get(keys.metadata)
         if record is None:
@@ -247,7 +259,9 @@ class Queue:
         buffer_namespace = record.bins.get(rec.BUFFER_NAMESPACE, namespace)
         backend.remove(keys.metadata)
         if type(record_count) is int and isinstance(buffer_namespace, str):
-            buffers = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+            buffers = rec.QueueKeys(
+                name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace
+            )
             for index in range(record_count):
                 backend.remove(buffers.buffer(index))
         return True
@@ -291,7 +305,9 @@ class Queue:
             new_tail = tail + count
             now_ms = time.time_ns() // 1_000_000
             for record, offsets in self.shape.spans(tail, new_tail).items():
-                writes = [ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets]
+                writes = [
+                    ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets
+                ]
                 grant, _ = self._buffer_command(grant, record, writes, read=None)
             self.lock.commit(grant, head=max(head, new_tail - self.capacity), tail=new_tail)
         return range(tail, new_tail)
@@ -329,16 +345,24 @@ class Queue:
                 last = max(self.shape.slot_of(o) for o in offsets)
                 if len(offsets) > 1 and self.shape.slot_of(offsets[-1]) < first:
                     first = 0  # the range wrapped around into the start of this record
-                erase = [ListSet(rec.SLOTS, self.shape.slot_of(o), None) for o in self._erasable(record, head, tail)]
+                erase = [
+                    ListSet(rec.SLOTS, self.shape.slot_of(o), None)
+                    for o in self._erasable(record, head, tail)
+                ]
                 grant, slots = self._buffer_command(
                     grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
                 )
                 for offset in offsets:
-                    found = rec.slot_entry(self.name, record, slots[self.shape.slot_of(offset) - first], offset)
+                    found = rec.slot_entry(
+                        self.name, record, slots[self.shape.slot_of(offset) - first], offset
+                    )
                     if found is None:
                         skipped += 1
-                        log.warning("queue %r: entry at offset %d was overwritten before it was dequeued",
-                                    self.name, offset)
+                        log.warning(
+                            "queue %r: entry at offset %d was overwritten before it was dequeued",
+                            self.name,
+                            offset,
+                        )
                     else:
                         taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
             self.lock.commit(grant, head=stop)

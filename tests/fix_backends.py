@@ -109,7 +109,9 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
         address = request.getfixturevalue("aerospike_address")
         backend = connect(f"aerospike://{address}/test")
         result = Store(
-            "aerospike", backend, time.sleep,
+            "aerospike",
+            backend,
+            time.sleep,
             lacks=frozenset({"movable_clock", "second_namespace", "configurable_record_size"}),
         )
     yield result

@@ -60,7 +60,9 @@ def test_client_exceptions_map_to_our_tree(client_class: str, expected: type) ->
 
 
 def _error_classes() -> list[type[errors.LargeQueueError]]:
-    return [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.LargeQueueError)]
+    return [
+        c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.LargeQueueError)
+    ]
 
 
 @pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
@@ -69,14 +71,22 @@ def test_errors_pickle_with_details(cls: type[errors.LargeQueueError]) -> None:
     restored = pickle.loads(pickle.dumps(error))
     assert type(restored) is cls
     assert (restored.reason, restored.txn_id, restored.in_doubt, restored.code) == (
-        "something failed", "t-1", True, 9
+        "something failed",
+        "t-1",
+        True,
+        9,
     )
     assert isinstance(restored, large_queue.ASAborted)
 
 
 def test_public_names() -> None:
     public = {n for n in dir(large_queue) if not n.startswith("_")} - {
-        "annotations", "backends", "errors", "fencing", "lock", "queue",
+        "annotations",
+        "backends",
+        "errors",
+        "fencing",
+        "lock",
+        "queue",
     }
     assert sorted(large_queue.__all__) == large_queue.__all__
     assert set(large_queue.__all__) == public
@@ -87,9 +97,18 @@ def test_public_functions_have_docstrings() -> None:
     import large_queue.backends.embedded
     import large_queue.cli
 
-    modules = [large_queue, large_queue.queue, large_queue.lock, large_queue.fencing, large_queue.errors,
-               large_queue.backends, large_queue.backends.embedded, large_queue.backends.aerospike,
-               large_queue.backends.conditions, large_queue.cli]
+    modules = [
+        large_queue,
+        large_queue.queue,
+        large_queue.lock,
+        large_queue.fencing,
+        large_queue.errors,
+        large_queue.backends,
+        large_queue.backends.embedded,
+        large_queue.backends.aerospike,
+        large_queue.backends.conditions,
+        large_queue.cli,
+    ]
     missing = []
     for module in modules:
         assert module.__doc__, module.__name__

@@ -46,8 +46,20 @@ def test_unsupported_entries_are_refused_before_writing(store: Store, entry: obj
 
 def test_supported_values_round_trip(store: Store) -> None:
     queue = store.new_queue()
-    values = [None, True, False, -(2**63), 2**63 - 1, math.pi, "", "ünïcode", b"\x00bin",
-              [], {}, {"nested": [{"k": [1, "two", None]}], 7: "int key"}]
+    values = [
+        None,
+        True,
+        False,
+        -(2**63),
+        2**63 - 1,
+        math.pi,
+        "",
+        "ünïcode",
+        b"\x00bin",
+        [],
+        {},
+        {"nested": [{"k": [1, "two", None]}], 7: "int key"},
+    ]
     queue.enqueue_batch(values[:6])
     queue.enqueue_batch(values[6:])
     got = [e.value for e in queue.dequeue_batch(12)]
@@ -138,7 +150,7 @@ def test_missing_buffer_record_is_named_and_lock_released(store: Store) -> None:
     queue = store.new_queue(capacity=6, slots_per_record=3)
     queue.enqueue("in record 0")
     store.backend.remove(queue.keys.buffer(1))
-    with pytest.raises(CorruptQueueError, match="buffer record 1 .* is missing"):
+    with pytest.raises(CorruptQueueError, match=r"buffer record 1 .* is missing"):
         queue.enqueue_batch(["a", "b", "c"])
     assert queue.info().lock_owner is None
     assert queue.dequeue().value == "in record 0"  # type: ignore[union-attr]

@@ -98,8 +98,9 @@ def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
     # A holder from the old epoch with a huge counter is older than every new token.
     stale = queue.lock.try_acquire("A")
     store.advance(TTL * 2)
-    old_epoch = type(stale)(txn_id="A", token=FencingToken(0, 2), head=stale.head, tail=stale.tail,
-                            acquired_at=stale.acquired_at)
+    old_epoch = type(stale)(
+        txn_id="A", token=FencingToken(0, 2), head=stale.head, tail=stale.tail, acquired_at=stale.acquired_at
+    )
     with pytest.raises(LockLostError):
         queue._buffer_command(old_epoch, 0, [ListSet(rec.SLOTS, 0, [0, "old", 0])], read=None)
     assert [e.value for e in wrapping.dequeue_batch(10)] == [0, 1, 2, 3, 4]

@@ -19,7 +19,9 @@ def _producer(path: str, name: str, producer: int) -> None:
     queue = Queue.open(EmbeddedBackend(path), name)
     sequence = 0
     while sequence < PER_PRODUCER:
-        batch = [{"p": producer, "n": n} for n in range(sequence, min(sequence + 1 + sequence % 5, PER_PRODUCER))]
+        batch = [
+            {"p": producer, "n": n} for n in range(sequence, min(sequence + 1 + sequence % 5, PER_PRODUCER))
+        ]
         try:
             if len(batch) == 1:
                 queue.enqueue(batch[0])
@@ -53,7 +55,9 @@ def test_producers_and_consumers_lose_and_duplicate_nothing(tmp_path: object) ->
     results = context.Queue()
     done = context.Event()
     producers = [context.Process(target=_producer, args=(path, name, p)) for p in range(PRODUCERS)]
-    consumers = [context.Process(target=_consumer, args=(path, name, results, done)) for _ in range(CONSUMERS)]
+    consumers = [
+        context.Process(target=_consumer, args=(path, name, results, done)) for _ in range(CONSUMERS)
+    ]
     for process in producers + consumers:
         process.start()
     for process in producers:

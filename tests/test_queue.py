@@ -159,7 +159,11 @@ def test_metadata_and_buffers_in_different_namespaces(store: Store) -> None:
     store.skip_if_lacking("second_namespace")
     queue = store.new_queue(namespace="test", buffer_namespace="other")
     queue.enqueue_batch([1, 2, 3, 4])
-    assert store.backend.get(rec.QueueKeys(name=queue.name, metadata_namespace="other",
-                                           buffer_namespace="other").buffer(1)) is not None
+    assert (
+        store.backend.get(
+            rec.QueueKeys(name=queue.name, metadata_namespace="other", buffer_namespace="other").buffer(1)
+        )
+        is not None
+    )
     assert [e.value for e in queue.dequeue_batch(4)] == [1, 2, 3, 4]
     assert queue.info().buffer_namespace == "other"

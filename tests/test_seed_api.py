@@ -29,7 +29,11 @@ def test_reference_usage(store: Store) -> None:
     q_info = msg_queue.get_queue_info()
     assert q_info is not None
     assert {k: q_info[k] for k in ("name", "max-size", "namespace", "head-offset", "tail-offset")} == {
-        "name": "shared-msg-bus", "max-size": 1000, "namespace": "test", "head-offset": 0, "tail-offset": 2,
+        "name": "shared-msg-bus",
+        "max-size": 1000,
+        "namespace": "test",
+        "head-offset": 0,
+        "tail-offset": 2,
     }
     offset = q_info["head-offset"] + 1
     assert msg_queue.get_entry_at_offset(offset) == {"offset": 1, "entry": msg2}

@@ -13,7 +13,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from large_queue.backends.conditions import Condition
 
@@ -90,7 +90,7 @@ class ListGetRange:
     count: int
 
 
-Operation = Union[Read, Write, Increment, ListSet, ListGetRange]
+Operation = Read | Write | Increment | ListSet | ListGetRange
 READ_OPERATIONS = (Read, ListGetRange)
 
 

@@ -130,17 +130,20 @@ def _expression(node: Any) -> Any:
 def _operation(op: Operation) -> dict[str, Any]:
     from aerospike_helpers.operations import list_operations, operations
 
+    built: dict[str, Any]
     if isinstance(op, Read):
-        return operations.read(op.bin)
-    if isinstance(op, Write):
-        return operations.write(op.bin, op.value)
-    if isinstance(op, Increment):
-        return operations.increment(op.bin, op.by)
-    if isinstance(op, ListSet):
-        return list_operations.list_set(op.bin, op.index, op.value)
-    if isinstance(op, ListGetRange):
-        return list_operations.list_get_range(op.bin, op.index, op.count)
-    raise TypeError(f"unknown operation {op!r}")
+        built = operations.read(op.bin)
+    elif isinstance(op, Write):
+        built = operations.write(op.bin, op.value)
+    elif isinstance(op, Increment):
+        built = operations.increment(op.bin, op.by)
+    elif isinstance(op, ListSet):
+        built = list_operations.list_set(op.bin, op.index, op.value)
+    elif isinstance(op, ListGetRange):
+        built = list_operations.list_get_range(op.bin, op.index, op.count)
+    else:
+        raise TypeError(f"unknown operation {op!r}")
+    return built
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,8 +194,9 @@ class AerospikeBackend(Backend):
     wrapped client is not closed by :meth:`close`.
     """
 
-    def __init__(self, client: Any, *, namespace: str = "test", owns_client: bool = False,
-                 total_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self, client: Any, *, namespace: str = "test", owns_client: bool = False, total_timeout_ms: int = 1000
+    ) -> None:
         super().__init__()
         import aerospike
 
@@ -216,8 +220,9 @@ class AerospikeBackend(Backend):
             client = aerospike.client(settings.client_config())
             if not client.is_connected():
                 client.connect()
-        return cls(client, namespace=settings.namespace, owns_client=True,
-                   total_timeout_ms=settings.total_timeout_ms)
+        return cls(
+            client, namespace=settings.namespace, owns_client=True, total_timeout_ms=settings.total_timeout_ms
+        )
 
     def __repr__(self) -> str:
         return f"AerospikeBackend(namespace={self.default_namespace!r})"
@@ -310,8 +315,11 @@ class AerospikeBackend(Backend):
                 records.append(None)
             else:
                 cls = _ERROR_BY_CODE.get(item.result, errors.BackendError)
-                raise cls(f"batch read of {item.key} failed with code {item.result}",
-                          code=item.result, in_doubt=False)
+                raise cls(
+                    f"batch read of {item.key} failed with code {item.result}",
+                    code=item.result,
+                    in_doubt=False,
+                )
         return records
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class SinceUpdateMs:
     """Milliseconds since the record was last written, on the store's own clock."""
 
 
-Operand = Union[IntBin, StrBin, SinceUpdateMs, int, str]
+Operand = IntBin | StrBin | SinceUpdateMs | int | str
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class BinExists:
     name: str
 
 
-Condition = Union[Compare, And, Or, Not, BinExists]
+Condition = Compare | And | Or | Not | BinExists
 
 
 def eq(left: Operand, right: Operand) -> Compare:

@@ -23,9 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgpack
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
+    fcntl = None  # type: ignore[assignment]
 
 from large_queue import errors
 from large_queue.backends._base import (
@@ -112,9 +117,7 @@ class EmbeddedBackend(Backend):
                 f" got {record_size_limit}"
             )
         if synchronous not in ("normal", "full"):
-            raise errors.InvalidArgumentError(
-                f"synchronous must be 'normal' or 'full', got {synchronous!r}"
-            )
+            raise errors.InvalidArgumentError(f"synchronous must be 'normal' or 'full', got {synchronous!r}")
         self.path = Path(path)
         self.namespaces = frozenset(namespaces)
         if not self.namespaces:
@@ -126,6 +129,7 @@ class EmbeddedBackend(Backend):
         self._busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._writer_file: IO[bytes] | None = None
         self._pid = -1
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._connection()
@@ -139,22 +143,38 @@ class EmbeddedBackend(Backend):
         # A forked child must not share the parent's SQLite handle.
         if self._conn is None or self._pid != os.getpid():
             conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None,
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
                 check_same_thread=False,
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
             conn.execute(_SCHEMA)
             self._conn = conn
+            self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
             self._pid = os.getpid()
         return self._conn
+
+    def _writer_lock(self, hold: bool) -> None:
+        """Take or drop the cross-process writer lock.
+
+        Writers queue on a blocking ``flock``, which the kernel hands over the
+        moment it is released; SQLite's own busy handler would sleep in steps
+        of a millisecond or more, longer than most commands hold the lock.
+        """
+        if fcntl is not None and self._writer_file is not None:
+            fcntl.flock(self._writer_file, fcntl.LOCK_EX if hold else fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Close this process's handle on the file."""
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
+                if self._writer_file is not None:
+                    self._writer_file.close()
             self._conn = None
+            self._writer_file = None
 
     # --- validation ------------------------------------------------------------
 
@@ -194,7 +214,11 @@ class EmbeddedBackend(Backend):
         return _unpack(row[0]), row[1], row[2]
 
     def _store(
-        self, conn: sqlite3.Connection, key: RecordKey, bins: dict[str, Any], generation: int,
+        self,
+        conn: sqlite3.Connection,
+        key: RecordKey,
+        bins: dict[str, Any],
+        generation: int,
         expires_ns: int | None,
     ) -> None:
         blob = _pack(bins)
@@ -268,7 +292,28 @@ class EmbeddedBackend(Backend):
         self._check_key(key)
         self._check_bins(op.bin for op in operations)
         writes = any(not isinstance(op, (Read, ListGetRange)) for op in operations)
-        with self._transaction(write=writes) as conn:
+        guarded = condition is not None or generation is not None
+        while True:
+            try:
+                return self._operate_once(key, operations, condition, generation, writes, guarded)
+            except _StaleSnapshot:
+                continue  # another process wrote first: evaluate again on fresh data
+
+    def _operate_once(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        condition: Condition | None,
+        generation: int | None,
+        writes: bool,
+        guarded: bool,
+    ) -> dict[str, Any]:
+        # A guarded write starts as a reader and takes the write lock only if
+        # its guard holds, so refused attempts (a busy queue lock, say) never
+        # queue behind writers. SQLite refuses the upgrade if anyone wrote since
+        # our read (a stale snapshot); the command is then simply evaluated again.
+        transaction = self._transaction(write=writes and not guarded)
+        with transaction as conn:
             loaded = self._load(conn, key)
             if loaded is None:
                 raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
@@ -287,7 +332,13 @@ class EmbeddedBackend(Backend):
                     )
             results = _apply(key, bins, operations)
             if writes:
-                self._store(conn, key, bins, current_generation + 1, None)
+                transaction.become_writer()
+                try:
+                    self._store(conn, key, bins, current_generation + 1, None)
+                except sqlite3.OperationalError as exc:
+                    if guarded and ("locked" in str(exc) or "busy" in str(exc)):
+                        raise _StaleSnapshot() from exc
+                    raise
         return results
 
     def remove(self, key: RecordKey) -> bool:
@@ -311,27 +362,52 @@ class EmbeddedBackend(Backend):
         return [None if item is None else Record(item[0], item[1]) for item in loaded]
 
 
+class _StaleSnapshot(Exception):
+    """A deferred transaction could not become a writer: its snapshot is stale."""
+
+
 class _Transaction:
-    """One SQLite transaction per command; writers take the write lock up front."""
+    """One SQLite transaction per command.
+
+    A writer holds the cross-process writer lock for the whole transaction; a
+    guarded command starts as a reader and calls :meth:`become_writer` only
+    when its guard holds.
+    """
 
     def __init__(self, backend: EmbeddedBackend, write: bool) -> None:
         self._backend = backend
         self._write = write
+        self._writer = False
+
+    def become_writer(self) -> None:
+        """Queue for the writer lock (no-op if already held)."""
+        if not self._writer:
+            self._backend._writer_lock(True)
+            self._writer = True
 
     def __enter__(self) -> sqlite3.Connection:
         self._backend._lock.acquire()
         try:
             conn = self._backend._connection()
+            if self._write:
+                self.become_writer()
             conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
         except BaseException:
-            self._backend._lock.release()
+            self._release()
             raise
         return conn
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
-            conn = self._backend._connection()
-            conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            self._backend._connection().execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        try:
+            if self._writer:
+                self._backend._writer_lock(False)
+                self._writer = False
         finally:
             self._backend._lock.release()
 
@@ -356,7 +432,9 @@ def _apply(key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation]
         elif isinstance(op, ListSet):
             target = _list_bin(key, bins, op.bin)
             if not 0 <= op.index < len(target):
-                raise _fail(errors.BinTypeError, f"index {op.index} outside list bin {op.bin!r} of {key.user_key}")
+                raise _fail(
+                    errors.BinTypeError, f"index {op.index} outside list bin {op.bin!r} of {key.user_key}"
+                )
             target[op.index] = op.value
         elif isinstance(op, ListGetRange):
             target = _list_bin(key, bins, op.bin)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
@@ -63,8 +64,7 @@ class LockPolicy:
     def __post_init__(self) -> None:
         if not (self.acquire_timeout >= 0 and 0 < self.initial_wait <= self.max_wait):
             raise errors.InvalidArgumentError(
-                "LockPolicy needs acquire_timeout >= 0 and 0 < initial_wait <= max_wait,"
-                f" got {self!r}"
+                f"LockPolicy needs acquire_timeout >= 0 and 0 < initial_wait <= max_wait, got {self!r}"
             )
 
 
@@ -168,6 +168,10 @@ class QueueLock:
 
     def acquire(self, txn_id: str) -> LockGrant:
         """Acquire the lock, retrying with jittered backoff; ``LockNotAcquiredError`` on timeout."""
+        try:
+            return self.try_acquire(txn_id)  # the common, uncontended case: no retry machinery
+        except _Busy:
+            pass
         retrying = Retrying(
             retry=retry_if_exception_type(_Busy),
             wait=wait_random_exponential(multiplier=self.policy.initial_wait, max=self.policy.max_wait),
@@ -187,7 +191,7 @@ class QueueLock:
             txn_id=txn_id,
         )
 
-    def _guarded(self, grant: LockGrant, operations: list[Operation], what: str) -> dict[str, object]:
+    def _guarded(self, grant: LockGrant, operations: list[Operation], what: str) -> dict[str, Any]:
         try:
             return self.backend.operate(self.keys.metadata, operations, condition=self.held_by(grant))
         except errors.ConditionNotMetError:
@@ -214,7 +218,10 @@ class QueueLock:
         """Restart the lock's expiry clock; ``LockLostError`` if it is no longer held."""
         self._guarded(grant, [Write(LOCK_OWNER, grant.txn_id)], "renewing the lock")
         return LockGrant(
-            txn_id=grant.txn_id, token=grant.token, head=grant.head, tail=grant.tail,
+            txn_id=grant.txn_id,
+            token=grant.token,
+            head=grant.head,
+            tail=grant.tail,
             acquired_at=time.monotonic(),
         )
 

@@ -150,6 +150,7 @@ class EmbeddedBackend(Backend):
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
+            conn.execute("PRAGMA mmap_size=268435456")
             conn.execute(_SCHEMA)
             self._conn = conn
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)

@@ -1,0 +1,100 @@
+"""Record semantics that the queue relies on, checked on every store."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from large_queue import errors
+from large_queue.backends import Increment, ListGetRange, ListSet, Read, RecordKey, Write, WriteMode
+from large_queue.backends.conditions import IntBin, SinceUpdateMs, eq, gt
+from tests.fix_backends import Store
+
+
+@pytest.fixture
+def key(store: Store) -> Iterator[RecordKey]:
+    record = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    yield record
+    store.backend.remove(record)
+
+
+def test_put_modes_and_generations(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    with pytest.raises(errors.RecordNotFoundError):
+        backend.put(key, {"a": 1}, mode=WriteMode.UPDATE_ONLY)
+    backend.put(key, {"a": 1, "b": "x"}, mode=WriteMode.CREATE_ONLY)
+    with pytest.raises(errors.RecordExistsError):
+        backend.put(key, {"a": 2}, mode=WriteMode.CREATE_ONLY)
+    record = backend.get(key)
+    assert record is not None and record.bins == {"a": 1, "b": "x"}
+    backend.put(key, {"a": 2}, generation=record.generation)
+    with pytest.raises(errors.GenerationMismatchError):
+        backend.put(key, {"a": 3}, generation=record.generation)
+    updated = backend.get(key)
+    assert updated is not None and updated.bins == {"a": 2, "b": "x"}
+    assert updated.generation == record.generation + 1
+    backend.put(key, {"c": 1}, mode=WriteMode.REPLACE)
+    assert backend.get(key).bins == {"c": 1}  # type: ignore[union-attr]
+    assert backend.remove(key) is True
+    assert backend.remove(key) is False
+    assert backend.get(key) is None
+
+
+def test_operate_applies_in_order_atomically(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    backend.put(key, {"n": 1, "items": [None, None, None]})
+    result = backend.operate(
+        key, [Increment("n", 4), ListSet("items", 1, ["v"]), Read("n"), ListGetRange("items", 0, 2)]
+    )
+    assert result == {"n": 5, "items": [None, ["v"]]}
+    with pytest.raises(errors.ConditionNotMetError):
+        backend.operate(key, [Write("n", 100)], condition=eq(IntBin("n"), 4))
+    with pytest.raises(errors.GenerationMismatchError):
+        backend.operate(key, [Write("n", 100)], generation=999)
+    assert backend.operate(key, [Read("n")]) == {"n": 5}  # neither refused command applied
+    missing = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    with pytest.raises(errors.RecordNotFoundError):
+        backend.operate(missing, [Write("n", 1)])
+
+
+def test_condition_on_time_since_update_uses_store_clock(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    backend.put(key, {"ttl": 200})
+    with pytest.raises(errors.ConditionNotMetError):
+        backend.operate(key, [Write("x", 1)], condition=gt(SinceUpdateMs(), IntBin("ttl")))
+    store.advance(0.3)
+    backend.operate(key, [Write("x", 1)], condition=gt(SinceUpdateMs(), IntBin("ttl")))
+    with pytest.raises(errors.ConditionNotMetError):  # the write restarted the clock
+        backend.operate(key, [Write("x", 2)], condition=gt(SinceUpdateMs(), IntBin("ttl")))
+
+
+def test_bin_names_and_record_size_limit(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    with pytest.raises(errors.BinNameError):
+        backend.put(key, {"a" * 16: 1})
+    backend.put(key, {"a" * 15: 1})
+    with pytest.raises(errors.RecordTooLargeError):
+        backend.put(key, {"big": b"x" * (8 * 1024 * 1024 + 1)})
+    assert backend.get(key).bins == {"a" * 15: 1}  # type: ignore[union-attr]
+
+
+def test_batch_get_reports_missing_records(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    backend.put(key, {"v": 1})
+    missing = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    records = backend.batch_get([key, missing, key])
+    assert [r.bins if r else None for r in records] == [{"v": 1}, None, {"v": 1}]
+    before = backend.commands
+    backend.batch_get([key, missing])
+    assert backend.commands - before == 1
+
+
+def test_records_expire_after_their_ttl(store: Store, key: RecordKey) -> None:
+    store.skip_if_lacking("movable_clock")
+    store.backend.put(key, {"v": 1}, ttl=10)
+    store.advance(9)
+    assert store.backend.get(key) is not None
+    store.advance(2)
+    assert store.backend.get(key) is None

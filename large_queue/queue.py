@@ -295,22 +295,35 @@ class Queue:
             return range(0)
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
-            head, tail = grant.head, grant.tail
-            if tail + count - head > self.capacity and not overwrite_if_full:
-                raise errors.QueueFullError(
-                    f"queue {self.name!r} has {self.capacity - (tail - head)} free slots,"
-                    f" {count} requested (capacity {self.capacity})",
-                    queue=self.name,
-                )
-            new_tail = tail + count
-            now_ms = time.time_ns() // 1_000_000
-            for record, offsets in self.shape.spans(tail, new_tail).items():
-                writes = [
-                    ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets
-                ]
-                grant, _ = self._buffer_command(grant, record, writes, read=None)
-            self.lock.commit(grant, head=max(head, new_tail - self.capacity), tail=new_tail)
-        return range(tail, new_tail)
+            grant, new_head, new_tail = self._write_entries(
+                grant, values, overwrite_if_full=overwrite_if_full
+            )
+            self.lock.commit(grant, head=new_head, tail=new_tail)
+        return range(new_tail - count, new_tail)
+
+    def _write_entries(
+        self, grant: LockGrant, values: list[Any], *, overwrite_if_full: bool
+    ) -> tuple[LockGrant, int, int]:
+        """The middle step of an enqueue: write the slots, one command per record.
+
+        Returns the (possibly renewed) grant and the head and tail to commit.
+        """
+        head, tail = grant.head, grant.tail
+        count = len(values)
+        if tail + count - head > self.capacity and not overwrite_if_full:
+            raise errors.QueueFullError(
+                f"queue {self.name!r} has {self.capacity - (tail - head)} free slots,"
+                f" {count} requested (capacity {self.capacity})",
+                queue=self.name,
+            )
+        new_tail = tail + count
+        now_ms = time.time_ns() // 1_000_000
+        for record, offsets in self.shape.spans(tail, new_tail).items():
+            writes = [
+                ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets
+            ]
+            grant, _ = self._buffer_command(grant, record, writes, read=None)
+        return grant, max(head, new_tail - self.capacity), new_tail
 
     # --- consuming -------------------------------------------------------------------
 
@@ -336,38 +349,45 @@ class Queue:
     def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], int]:
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
-            head, tail = grant.head, grant.tail
-            stop = head + min(max_entries, tail - head)
-            taken: list[Entry] = []
-            skipped = 0
-            for record, offsets in self.shape.spans(head, stop).items():
-                first = self.shape.slot_of(offsets[0])
-                last = max(self.shape.slot_of(o) for o in offsets)
-                if len(offsets) > 1 and self.shape.slot_of(offsets[-1]) < first:
-                    first = 0  # the range wrapped around into the start of this record
-                erase = [
-                    ListSet(rec.SLOTS, self.shape.slot_of(o), None)
-                    for o in self._erasable(record, head, tail)
-                ]
-                grant, slots = self._buffer_command(
-                    grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
-                )
-                for offset in offsets:
-                    found = rec.slot_entry(
-                        self.name, record, slots[self.shape.slot_of(offset) - first], offset
-                    )
-                    if found is None:
-                        skipped += 1
-                        log.warning(
-                            "queue %r: entry at offset %d was overwritten before it was dequeued",
-                            self.name,
-                            offset,
-                        )
-                    else:
-                        taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
-            self.lock.commit(grant, head=stop)
-        taken.sort(key=lambda entry: entry.offset)  # records were visited in first-touch order
+            grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
+            self.lock.commit(grant, head=new_head)
         return taken, skipped
+
+    def _read_entries(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
+        """The middle step of a dequeue: read the head entries, one command per record.
+
+        Also erases this record's slots below the head. Returns the (possibly
+        renewed) grant, the entries in offset order, how many slots no longer
+        held their entry, and the head to commit.
+        """
+        head, tail = grant.head, grant.tail
+        stop = head + min(max_entries, tail - head)
+        taken: list[Entry] = []
+        skipped = 0
+        for record, offsets in self.shape.spans(head, stop).items():
+            first = self.shape.slot_of(offsets[0])
+            last = max(self.shape.slot_of(o) for o in offsets)
+            if len(offsets) > 1 and self.shape.slot_of(offsets[-1]) < first:
+                first = 0  # the range wrapped around into the start of this record
+            erase = [
+                ListSet(rec.SLOTS, self.shape.slot_of(o), None) for o in self._erasable(record, head, tail)
+            ]
+            grant, slots = self._buffer_command(
+                grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
+            )
+            for offset in offsets:
+                found = rec.slot_entry(self.name, record, slots[self.shape.slot_of(offset) - first], offset)
+                if found is None:
+                    skipped += 1
+                    log.warning(
+                        "queue %r: entry at offset %d was overwritten before it was dequeued",
+                        self.name,
+                        offset,
+                    )
+                else:
+                    taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
+        taken.sort(key=lambda entry: entry.offset)  # records were visited in first-touch order
+        return grant, taken, skipped, stop
 
     def _erasable(self, record: int, head: int, tail: int) -> list[int]:
         """Dequeued offsets of ``record`` whose slots no later lap has reused.

@@ -51,6 +51,7 @@ class Store:
     kind: str
     backend: Backend
     advance: Callable[[float], None]
+    clock: ManualClock | None = None
     lacks: frozenset[str] = field(default_factory=frozenset)
     created: list[str] = field(default_factory=list)
 
@@ -104,7 +105,7 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
         backend: Backend = EmbeddedBackend(
             os.path.join(str(tmp_path), "store.db"), namespaces=("test", "other"), clock=clock
         )
-        result = Store("embedded", backend, clock.advance)
+        result = Store("embedded", backend, clock.advance, clock=clock)
     else:
         address = request.getfixturevalue("aerospike_address")
         backend = connect(f"aerospike://{address}/test")

@@ -351,6 +351,8 @@ class Queue:
         with self._releasing_on_error(grant):
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
             self.lock.commit(grant, head=new_head)
+        if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
+            log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
         return taken, skipped
 
     def _read_entries(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
@@ -379,11 +381,6 @@ class Queue:
                 found = rec.slot_entry(self.name, record, slots[self.shape.slot_of(offset) - first], offset)
                 if found is None:
                     skipped += 1
-                    log.warning(
-                        "queue %r: entry at offset %d was overwritten before it was dequeued",
-                        self.name,
-                        offset,
-                    )
                 else:
                     taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
         taken.sort(key=lambda entry: entry.offset)  # records were visited in first-touch order

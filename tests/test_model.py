@@ -211,7 +211,7 @@ class InterleavingMachine(RuleBasedStateMachine):
                 grant, entries, skipped, pending.new_head = self.queue._read_entries(
                     pending.grant, pending.count
                 )
-                assert skipped == 0
+                assert skipped == 0 or not current, "the current holder found a slot that lost its entry"
                 pending.taken = [(e.offset, e.value) for e in entries]
                 pending.new_tail = pending.grant.tail
         except LockLostError:

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ from large_queue.lock import LockGrant, LockPolicy, QueueLock
 log = logging.getLogger("large_queue")
 
 MAX_TXN_ID_CHARS = 128
+#: tries of an (idempotent) buffer command that times out
+BUFFER_ATTEMPTS = 3
 MIN_ENTRY_BYTES = 16
 
 
@@ -298,8 +300,9 @@ class Queue:
             grant, new_head, new_tail = self._write_entries(
                 grant, values, overwrite_if_full=overwrite_if_full
             )
-            self.lock.commit(grant, head=new_head, tail=new_tail)
-        return range(new_tail - count, new_tail)
+            offsets = range(new_tail - count, new_tail)
+            self.lock.commit(grant, head=new_head, tail=new_tail, known={"offsets": offsets})
+        return offsets
 
     def _write_entries(
         self, grant: LockGrant, values: list[Any], *, overwrite_if_full: bool
@@ -350,7 +353,7 @@ class Queue:
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
-            self.lock.commit(grant, head=new_head)
+            self.lock.commit(grant, head=new_head, known={"entries": taken})
         if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
             log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
         return taken, skipped
@@ -453,10 +456,12 @@ class Queue:
         if read is not None:
             operations.append(read)
         try:
-            result = self.backend.operate(
-                self.keys.buffer(record),
-                operations,
-                condition=no_newer_writer(grant.token) if writes else None,
+            result = self._retrying_timeouts(
+                lambda: self.backend.operate(
+                    self.keys.buffer(record),
+                    operations,
+                    condition=no_newer_writer(grant.token) if writes else None,
+                )
             )
         except errors.ConditionNotMetError:
             raise errors.LockLostError(
@@ -475,6 +480,22 @@ class Queue:
                 f"buffer record {record} of queue {self.name!r} has no slot list", queue=self.name
             )
         return grant, slots
+
+    @staticmethod
+    def _retrying_timeouts(command: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run an idempotent buffer command, repeating it if it times out.
+
+        A buffer command sets slots and fencing marks to absolute values, so
+        applying it twice is the same as once; nothing it does is visible
+        before the commit. Other errors are not retried.
+        """
+        for attempt in range(1, BUFFER_ATTEMPTS + 1):
+            try:
+                return command()
+            except errors.BackendTimeoutError:
+                if attempt == BUFFER_ATTEMPTS:
+                    raise
+        raise AssertionError("BUFFER_ATTEMPTS must be positive")
 
     def _releasing_on_error(self, grant: LockGrant) -> _ReleaseOnError:
         return _ReleaseOnError(self.lock, grant)

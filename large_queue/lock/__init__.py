@@ -79,6 +79,10 @@ class LockGrant:
     acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
 
 
+#: tries of a guarded (idempotent) metadata write that times out
+GUARDED_ATTEMPTS = 3
+
+
 class _Busy(Exception):
     """The lock is held and has not expired; try again."""
 
@@ -131,11 +135,9 @@ class QueueLock:
         except errors.ConditionNotMetError:
             raise _Busy() from None
         except errors.BackendTimeoutError as exc:
-            if exc.in_doubt:
-                # We may now hold a lock we do not know the token of; it expires
-                # after the TTL like any orphaned lock, so trying again is safe.
-                raise _Busy() from exc
-            raise
+            if not exc.in_doubt:
+                raise _Busy() from exc  # not applied: an ordinary failed attempt
+            state = self._resolve_acquire(txn_id, exc)
         except errors.RecordNotFoundError:
             raise errors.QueueNotFoundError(
                 f"queue {self.keys.name!r} does not exist", queue=self.keys.name
@@ -151,16 +153,33 @@ class QueueLock:
             grant = self._start_epoch(grant)
         return grant
 
+    def _resolve_acquire(self, txn_id: str, cause: Exception) -> dict[str, Any]:
+        """An acquire timed out in doubt: read whether it took the lock.
+
+        The increment it carries must not be repeated blindly. If the record
+        names this txn as owner, the acquire was applied and its token is the
+        record's counter (any later acquire would have replaced the owner).
+        Otherwise it was not applied, or it was and the lock has since been
+        broken; either way this txn holds nothing and may simply try again.
+        """
+        record = self.backend.get(self.keys.metadata)
+        if record is None:
+            raise errors.QueueNotFoundError(f"queue {self.keys.name!r} does not exist", queue=self.keys.name)
+        if record.bins.get(LOCK_OWNER) != txn_id:
+            raise _Busy() from cause
+        return record.bins
+
     def _start_epoch(self, grant: LockGrant) -> LockGrant:
         """Wrap the counter: epoch+1, counter 0, only while this grant holds the lock."""
-        state = self._guarded(
+        self._guarded(
             grant,
-            [Increment(FENCE_EPOCH, 1), Write(FENCE_COUNTER, 0), Read(FENCE_EPOCH)],
+            # absolute values, so that repeating it after a timeout is harmless
+            [Write(FENCE_EPOCH, grant.token.epoch + 1), Write(FENCE_COUNTER, 0)],
             "starting a new fencing epoch",
         )
         return LockGrant(
             txn_id=grant.txn_id,
-            token=FencingToken(state[FENCE_EPOCH], 0),
+            token=FencingToken(grant.token.epoch + 1, 0),
             head=grant.head,
             tail=grant.tail,
             acquired_at=grant.acquired_at,
@@ -191,28 +210,53 @@ class QueueLock:
             txn_id=txn_id,
         )
 
-    def _guarded(self, grant: LockGrant, operations: list[Operation], what: str) -> dict[str, Any]:
-        try:
-            return self.backend.operate(self.keys.metadata, operations, condition=self.held_by(grant))
-        except errors.ConditionNotMetError:
-            raise errors.LockLostError(
-                f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
-                f" (token {grant.token}) before {what}: it expired and was broken;"
-                " nothing was committed",
-                queue=self.keys.name,
-                txn_id=grant.txn_id,
-            ) from None
-        except errors.BackendTimeoutError as exc:
-            if not exc.in_doubt:
-                raise
-            raise errors.OutcomeUnknownError(
-                f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may"
-                " or may not have been applied",
-                queue=self.keys.name,
-                txn_id=grant.txn_id,
-                stage=what,
-                detail=f"token {grant.token}, head {grant.head}, tail {grant.tail} when locked",
-            ) from exc
+    def _guarded(
+        self, grant: LockGrant, operations: list[Operation], what: str, known: dict[str, Any] | None = None
+    ) -> None:
+        """Write to the metadata record only while ``grant`` holds the lock.
+
+        Every guarded write sets absolute values, so a timed-out attempt is
+        repeated (up to ``GUARDED_ATTEMPTS`` in all): applying it twice
+        changes nothing, and the guard stops it once the lock is gone. If an
+        attempt was in doubt and a later one finds the lock gone, nobody can
+        tell whether the first applied: ``OutcomeUnknownError`` says so, with
+        ``known`` (offsets, entries) attached.
+        """
+        in_doubt: errors.BackendTimeoutError | None = None
+        for attempt in range(GUARDED_ATTEMPTS):
+            try:
+                self.backend.operate(self.keys.metadata, operations, condition=self.held_by(grant))
+                return
+            except errors.BackendTimeoutError as exc:
+                if exc.in_doubt:
+                    in_doubt = exc
+                if attempt + 1 == GUARDED_ATTEMPTS:
+                    if in_doubt is None:
+                        raise
+                    raise self._unknown(grant, what, known, in_doubt) from exc
+            except errors.ConditionNotMetError:
+                if in_doubt is not None:
+                    raise self._unknown(grant, what, known, in_doubt) from in_doubt
+                raise errors.LockLostError(
+                    f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+                    f" (token {grant.token}) before {what}: it expired and was broken;"
+                    " nothing was committed",
+                    queue=self.keys.name,
+                    txn_id=grant.txn_id,
+                ) from None
+
+    def _unknown(
+        self, grant: LockGrant, what: str, known: dict[str, Any] | None, cause: errors.BackendTimeoutError
+    ) -> errors.OutcomeUnknownError:
+        return errors.OutcomeUnknownError(
+            f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may or may not"
+            " have been applied; it was not repeated blindly",
+            queue=self.keys.name,
+            txn_id=grant.txn_id,
+            stage=what,
+            detail=f"token {grant.token}; head {grant.head} and tail {grant.tail} when locked ({cause})",
+            **(known or {}),
+        )
 
     def renew(self, grant: LockGrant) -> LockGrant:
         """Restart the lock's expiry clock; ``LockLostError`` if it is no longer held."""
@@ -225,14 +269,25 @@ class QueueLock:
             acquired_at=time.monotonic(),
         )
 
-    def commit(self, grant: LockGrant, *, head: int | None = None, tail: int | None = None) -> None:
-        """Publish new head/tail and release, in one write, only if still held."""
+    def commit(
+        self,
+        grant: LockGrant,
+        *,
+        head: int | None = None,
+        tail: int | None = None,
+        known: dict[str, Any] | None = None,
+    ) -> None:
+        """Publish new head/tail and release, in one write, only if still held.
+
+        ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
+        cannot be told (what the operation would have changed).
+        """
         operations: list[Operation] = [Write(LOCK_OWNER, NO_OWNER)]
         if head is not None and head != grant.head:
             operations.append(Write(HEAD, head))
         if tail is not None and tail != grant.tail:
             operations.append(Write(TAIL, tail))
-        self._guarded(grant, operations, "the commit")
+        self._guarded(grant, operations, "the commit", known)
 
     def release(self, grant: LockGrant) -> None:
         """Release without changing head or tail."""

@@ -1,0 +1,110 @@
+"""Writes that time out in doubt: never repeated blindly, always reported honestly.
+
+Each test makes one kind of command time out, either after applying it (a
+lost reply) or before (a lost request), and checks what the caller is told
+and that the queue still holds exactly what was committed.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from large_queue import OutcomeUnknownError, Queue
+from large_queue.backends.faults import Call, FaultInjectingBackend
+from large_queue.errors import BackendTimeoutError
+from tests.fix_backends import Store
+
+
+@pytest.fixture
+def faulty(store: Store) -> tuple[FaultInjectingBackend, Queue]:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    backend = FaultInjectingBackend(store.backend)
+    return backend, Queue.open(backend, queue.name)
+
+
+def _contents(queue: Queue) -> list[object]:
+    info = queue.info()
+    assert info.lock_owner is None
+    return [e.value for e in map(queue.get, range(info.head_offset, info.tail_offset)) if e]
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_in_doubt_acquire_is_resolved_not_repeated(
+    faulty: tuple[FaultInjectingBackend, Queue], applied: bool
+) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_acquire, applied=applied)
+    assert queue.enqueue("x") == 0
+    assert backend.injected == 1
+    assert _contents(queue) == ["x"]
+    # One acquire took effect either way: an applied one was reused, a dropped
+    # one tried again. (Repeating an applied one would have met its own lock.)
+    assert queue.lock.try_acquire("probe").token.counter == 2
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_buffer_command_timeouts_are_repeated_safely(
+    faulty: tuple[FaultInjectingBackend, Queue], applied: bool
+) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_buffer, applied=applied, times=2)
+    assert queue.enqueue_batch(["a", "b", "c", "d"]) == range(0, 4)
+    backend.inject(lambda call: call.is_buffer, applied=applied, times=2)
+    assert [e.value for e in queue.dequeue_batch(2)] == ["a", "b"]
+    assert backend.injected == 4
+    assert _contents(queue) == ["c", "d"]
+
+
+def test_commit_lost_request_is_repeated_and_succeeds(faulty: tuple[FaultInjectingBackend, Queue]) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_commit, applied=False)
+    assert queue.enqueue("once") == 0
+    assert _contents(queue) == ["once"]
+
+
+def test_commit_lost_reply_reports_an_unknown_outcome(faulty: tuple[FaultInjectingBackend, Queue]) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_commit, applied=True)
+    with pytest.raises(OutcomeUnknownError) as raised:
+        queue.enqueue("maybe", txn_id="txn-7")
+    error = raised.value
+    assert (error.txn_id, error.stage, error.offsets) == ("txn-7", "the commit", range(0, 1))
+    assert "not repeated blindly" in str(error)
+    assert pickle.loads(pickle.dumps(error)).offsets == range(0, 1)
+    assert _contents(queue) == ["maybe"]  # it was applied, exactly once
+    assert queue.enqueue("next") == 1
+
+
+def test_dequeue_with_lost_commit_reply_names_the_entries(
+    faulty: tuple[FaultInjectingBackend, Queue],
+) -> None:
+    backend, queue = faulty
+    queue.enqueue_batch(["a", "b", "c"])
+    backend.inject(lambda call: call.is_commit, applied=True)
+    with pytest.raises(OutcomeUnknownError) as raised:
+        queue.dequeue_batch(2)
+    assert [e.value for e in raised.value.entries] == ["a", "b"]
+    assert _contents(queue) == ["c"]  # removed once; never delivered twice
+    assert queue.dequeue().value == "c"  # type: ignore[union-attr]
+
+
+def test_timeouts_that_persist_surface_and_release_the_lock(
+    faulty: tuple[FaultInjectingBackend, Queue],
+) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_buffer, applied=False, times=3)
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue("never")
+    assert _contents(queue) == []
+    assert queue.enqueue("later") == 0
+
+
+def test_call_classification() -> None:
+    from large_queue.backends import Increment, RecordKey, Write
+
+    metadata = RecordKey("test", "q", "queue-metadata")
+    assert Call("operate", metadata, (Write("lock_owner", "t"), Increment("fence_ctr", 1))).is_acquire
+    assert Call("operate", metadata, (Write("lock_owner", ""),)).is_commit
+    assert Call("operate", RecordKey("test", "q", "queue-buffer-3")).is_buffer

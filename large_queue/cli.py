@@ -9,6 +9,7 @@ Examples::
     large-queue get events 0
     large-queue demo
     large-queue bench
+    large-queue torture --duration 60
 
 The store comes from ``--url`` or ``LARGE_QUEUE_URL`` (see
 :func:`large_queue.connect`); entries are given and printed as JSON.
@@ -90,6 +91,26 @@ def _bench(args: argparse.Namespace) -> None:
             print(line)
 
 
+def _torture(args: argparse.Namespace) -> int:
+    from large_queue import _torture
+
+    with tempfile.TemporaryDirectory() as directory:
+        config = _torture.TortureConfig(
+            url=args.url or os.environ.get("LARGE_QUEUE_URL") or f"embedded://{directory}/torture.db",
+            producers=args.producers,
+            consumers=args.consumers,
+            duration=args.duration,
+            lock_ttl=args.lock_ttl,
+            capacity=args.capacity,
+            fault_interval=args.fault_interval,
+            pauses=not args.no_pauses,
+            kills=not args.no_kills,
+            seed=args.seed,
+        )
+        report = _torture.run(config, directory=args.histories)
+    return 0 if report.verdict.ok else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="large-queue", description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="store URL (default: LARGE_QUEUE_URL, else the embedded store)")
@@ -115,6 +136,17 @@ def _parser() -> argparse.ArgumentParser:
     get.add_argument("queue")
     get.add_argument("offset", type=int)
     commands.add_parser("demo", help="a short tour on the configured store")
+    torture = commands.add_parser("torture", help="many processes, pauses and kills; then check the history")
+    torture.add_argument("--producers", type=int, default=3)
+    torture.add_argument("--consumers", type=int, default=2)
+    torture.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    torture.add_argument("--lock-ttl", type=float, default=0.5, help="seconds")
+    torture.add_argument("--capacity", type=int, default=300)
+    torture.add_argument("--fault-interval", type=float, default=1.0, help="mean seconds between faults")
+    torture.add_argument("--no-pauses", action="store_true", help="do not SIGSTOP workers")
+    torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
+    torture.add_argument("--seed", type=int, default=0)
+    torture.add_argument("--histories", help="keep the history files in this directory")
     bench = commands.add_parser("bench", help="throughput and round trips per operation")
     bench.add_argument("--operations", type=int, default=3000)
     bench.add_argument("--batches", type=int, default=300)
@@ -136,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _demo(args.url)
         elif args.command == "bench":
             _bench(args)
+        elif args.command == "torture":
+            return _torture(args)
         elif args.command == "create":
             _print(
                 Queue.create(

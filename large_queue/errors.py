@@ -95,8 +95,15 @@ class OutcomeUnknownError(QueueError):
 
     The library never retries such a write blindly. ``txn_id`` names the
     operation, ``stage`` says which step was in doubt and ``detail`` what is
-    known about the outcome.
+    known about the outcome; ``offsets`` (enqueue) or ``entries`` (dequeue)
+    are what the operation would have added or removed.
     """
+
+    txn_id: str | None = None
+    stage: str = ""
+    detail: str = ""
+    offsets: range | None = None
+    entries: tuple[Any, ...] | list[Any] = ()
 
 
 # --- store-level errors ----------------------------------------------------

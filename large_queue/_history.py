@@ -1,0 +1,219 @@
+"""Operation histories of concurrent queue clients, and the checker that judges them.
+
+Each client appends one JSON line per event to its own file: ``invoke``
+before a call, then ``ok``, ``fail`` (definitely not applied) or ``unknown``
+(may have been applied). A client killed mid-call leaves an ``invoke`` with
+nothing after it: that call is in doubt too. Times are ``time.monotonic()``,
+one clock for every process on the machine.
+
+The checker reports, for a destructive-dequeue queue without overwriting:
+
+- lost: an acknowledged enqueue whose entry was never dequeued, beyond what
+  dequeues cut short by a kill could have removed (lost only with evidence);
+- duplicated: an entry delivered more than once;
+- unexpected: a delivered value that no client ever tried to enqueue;
+- order violations: one producer's entries delivered out of its order;
+- false empties: a dequeue that returned nothing while an acknowledged entry
+  stayed in the queue from before it started until after it ended;
+- conflicting offsets: two different values delivered or acknowledged at one
+  offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class HistoryWriter:
+    """Appends events to one client's history file, one ``write`` per line."""
+
+    def __init__(self, path: Path, client: str) -> None:
+        self.client = client
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._op = 0
+
+    def invoke(self, op: str, **fields: Any) -> int:
+        """Record the start of a call; returns its id."""
+        self._op += 1
+        self._write({"type": "invoke", "op": op, "id": self._op, **fields})
+        return self._op
+
+    def complete(self, op_id: int, outcome: str, **fields: Any) -> None:
+        """Record how call ``op_id`` ended: ``ok``, ``fail`` or ``unknown``."""
+        self._write({"type": outcome, "id": op_id, **fields})
+
+    def _write(self, event: dict[str, Any]) -> None:
+        event.update(client=self.client, t=time.monotonic())
+        os.write(self._fd, (json.dumps(event) + "\n").encode())
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self._fd)
+
+
+@dataclass
+class Call:
+    """An invoke and its completion (None if the client died first)."""
+
+    client: str
+    op: str
+    invoked: float
+    request: dict[str, Any]
+    outcome: str | None = None
+    completed: float | None = None
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+def read_calls(paths: Iterable[Path]) -> list[Call]:
+    """Pair up the invokes and completions of every history file."""
+    calls: list[Call] = []
+    for path in paths:
+        open_calls: dict[int, Call] = {}
+        for line in path.read_text().splitlines():
+            if not line.endswith("}"):
+                continue  # a line cut short by a kill
+            event = json.loads(line)
+            if event["type"] == "invoke":
+                call = Call(event["client"], event["op"], event["t"], event)
+                open_calls[event["id"]] = call
+                calls.append(call)
+            elif event["id"] in open_calls:
+                call = open_calls.pop(event["id"])
+                call.outcome, call.completed, call.response = event["type"], event["t"], event
+    return calls
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the checker found."""
+
+    enqueues_acknowledged: int
+    entries_delivered: int
+    empty_dequeues: int
+    in_doubt_calls: int
+    in_doubt_entries: int
+    anomalies: dict[str, int]
+    examples: dict[str, list[Any]]
+
+    @property
+    def ok(self) -> bool:
+        """True when every anomaly count is zero."""
+        return not any(self.anomalies.values())
+
+
+def _producer_and_sequence(value: str) -> tuple[str, int]:
+    producer, _, sequence = value.rpartition(":")
+    return producer, int(sequence)
+
+
+def check(calls: list[Call]) -> Verdict:
+    """Judge a history of enqueues (values ``producer:sequence``) and dequeues."""
+    attempted: set[str] = set()
+    acknowledged: dict[str, tuple[int, float]] = {}  # value -> (offset, ack time)
+    delivered: list[tuple[int, str, Call]] = []
+    in_doubt_removed = 0  # entries that dequeues cut short might have removed
+    known_in_doubt: set[int] = set()  # offsets an unknown-outcome dequeue named
+    empties: list[Call] = []
+    in_doubt_calls = 0
+    conflicts: list[Any] = []
+    offset_values: dict[int, str] = {}
+
+    def claim(offset: int, value: str) -> None:
+        if offset_values.setdefault(offset, value) != value:
+            conflicts.append((offset, offset_values[offset], value))
+
+    for call in calls:
+        if call.op == "enqueue":
+            attempted.update(call.request["values"])
+            if call.outcome == "ok":
+                start = call.response["offsets"][0]
+                for index, value in enumerate(call.request["values"]):
+                    acknowledged[value] = (start + index, call.completed or 0.0)
+                    claim(start + index, value)
+            elif call.outcome != "fail":
+                in_doubt_calls += 1
+        elif call.op == "dequeue":
+            if call.outcome == "ok":
+                entries = call.response["entries"]
+                if not entries:
+                    empties.append(call)
+                for offset, value in entries:
+                    delivered.append((offset, value, call))
+            elif call.outcome == "unknown":
+                in_doubt_calls += 1
+                known_in_doubt.update(offset for offset, _ in call.response.get("entries", []))
+            elif call.outcome is None:
+                in_doubt_calls += 1
+                in_doubt_removed += call.request["max_entries"]
+
+    counts = Counter(value for _, value, _ in delivered)
+    duplicated = [value for value, count in counts.items() if count > 1]
+    unexpected = [value for value in counts if value not in attempted]
+    for offset, value, _ in delivered:
+        claim(offset, value)
+
+    delivered_offsets = {offset for offset, _, _ in delivered} | known_in_doubt
+    missing = sorted(
+        (offset, value) for value, (offset, _) in acknowledged.items() if offset not in delivered_offsets
+    )
+    lost = missing[in_doubt_removed:] if len(missing) > in_doubt_removed else []
+
+    order_violations = []
+    last_sequence: dict[str, tuple[int, int]] = {}
+    for offset, value, _ in sorted(delivered, key=lambda item: item[0]):
+        producer, sequence = _producer_and_sequence(value)
+        previous = last_sequence.get(producer)
+        if previous is not None and sequence <= previous[1]:
+            order_violations.append((producer, previous, (offset, sequence)))
+        last_sequence[producer] = (offset, sequence)
+
+    # A dequeue returned nothing falsely if some acknowledged entry was in the
+    # queue for its whole span: acknowledged before it began, removed (by a
+    # dequeue that began) after it ended. Entries a killed dequeue may have
+    # taken have no known removal time and are left out.
+    removed_at = {value: call.invoked for _, value, call in delivered}
+    spans = sorted(
+        (acked_at, removed_at[value]) for value, (_, acked_at) in acknowledged.items() if value in removed_at
+    )
+    acked_times = [acked_at for acked_at, _ in spans]
+    latest_removal = list(itertools.accumulate((removed for _, removed in spans), max))
+    false_empties = []
+    for empty in empties:
+        present_before = bisect.bisect_left(acked_times, empty.invoked)
+        if present_before and latest_removal[present_before - 1] > (empty.completed or 0.0):
+            false_empties.append((empty.client, empty.invoked))
+
+    anomalies = {
+        "lost": len(lost),
+        "duplicated": len(duplicated),
+        "unexpected": len(unexpected),
+        "order violations": len(order_violations),
+        "false empties": len(false_empties),
+        "conflicting offsets": len(conflicts),
+    }
+    examples: dict[str, list[Any]] = {
+        "lost": lost[:5],
+        "duplicated": duplicated[:5],
+        "unexpected": unexpected[:5],
+        "order violations": order_violations[:5],
+        "false empties": false_empties[:5],
+        "conflicting offsets": conflicts[:5],
+    }
+    return Verdict(
+        enqueues_acknowledged=len(acknowledged),
+        entries_delivered=len(delivered),
+        empty_dequeues=len(empties),
+        in_doubt_calls=in_doubt_calls,
+        in_doubt_entries=len(missing) - len(lost),
+        anomalies=anomalies,
+        examples={name: items for name, items in examples.items() if items},
+    )

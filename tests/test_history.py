@@ -1,0 +1,92 @@
+"""The history checker finds each anomaly it claims to find, and nothing in a clean history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from large_queue._history import Call, HistoryWriter, check, read_calls
+
+
+def enqueue(client: str, values: list[str], offset: int | None, t: float, outcome: str | None = "ok") -> Call:
+    call = Call(client, "enqueue", t, {"values": values})
+    if outcome:
+        call.outcome, call.completed = outcome, t + 0.1
+        call.response = {"offsets": [offset, offset + len(values)]} if outcome == "ok" else {}
+    return call
+
+
+def dequeue(client: str, entries: list[list[object]] | None, t: float, max_entries: int = 5) -> Call:
+    call = Call(client, "dequeue", t, {"max_entries": max_entries})
+    if entries is not None:
+        call.outcome, call.completed, call.response = "ok", t + 0.1, {"entries": entries}
+    return call
+
+
+def clean() -> list[Call]:
+    return [
+        enqueue("p", ["p:0", "p:1"], 0, 1.0),
+        enqueue("q", ["q:0"], 2, 2.0),
+        dequeue("c", [[0, "p:0"], [1, "p:1"]], 3.0),
+        dequeue("c", [[2, "q:0"]], 4.0),
+        dequeue("c", [], 5.0),
+    ]
+
+
+def test_a_clean_history_passes() -> None:
+    verdict = check(clean())
+    assert verdict.ok, verdict
+    assert (verdict.enqueues_acknowledged, verdict.entries_delivered, verdict.empty_dequeues) == (3, 3, 1)
+
+
+def test_each_anomaly_is_found() -> None:
+    cases = {
+        "lost": clean()[:3] + clean()[4:],
+        "duplicated": [*clean(), dequeue("d", [[2, "q:0"]], 4.5)],
+        "unexpected": [*clean(), dequeue("d", [[3, "x:0"]], 6.0)],
+        "order violations": [
+            enqueue("p", ["p:1"], 0, 1.0),
+            enqueue("p", ["p:0"], 1, 1.5),
+            dequeue("c", [[0, "p:1"], [1, "p:0"]], 2.0),
+        ],
+        "false empties": [
+            enqueue("p", ["p:0"], 0, 1.0),
+            dequeue("c", [], 2.0),
+            dequeue("c", [[0, "p:0"]], 3.0),
+        ],
+        "conflicting offsets": [*clean()[:4], dequeue("d", [[1, "p:9"]], 4.5)],
+    }
+    for anomaly, calls in cases.items():
+        verdict = check(calls)
+        assert verdict.anomalies[anomaly] >= 1, (anomaly, verdict)
+        assert anomaly in verdict.examples
+
+
+def test_kills_explain_missing_entries_but_not_more() -> None:
+    killed = dequeue("c", None, 3.0, max_entries=2)  # invoked, never completed
+    calls = [enqueue("p", ["p:0", "p:1", "p:2"], 0, 1.0), killed, dequeue("d", [[2, "p:2"]], 4.0)]
+    verdict = check(calls)
+    assert verdict.ok and (verdict.in_doubt_calls, verdict.in_doubt_entries) == (1, 2)
+    killed.request["max_entries"] = 1
+    assert check(calls).anomalies["lost"] == 1  # one entry more is missing than the kill could take
+
+
+def test_in_doubt_enqueues_are_neither_lost_nor_unexpected() -> None:
+    calls = [
+        enqueue("p", ["p:0"], None, 1.0, outcome=None),
+        enqueue("p", ["p:1"], None, 2.0, outcome="unknown"),
+        dequeue("c", [[0, "p:1"]], 3.0),
+    ]
+    verdict = check(calls)
+    assert verdict.ok and verdict.in_doubt_calls == 2
+
+
+def test_histories_round_trip_through_files(tmp_path: Path) -> None:
+    writer = HistoryWriter(tmp_path / "p.jsonl", "p")
+    op = writer.invoke("enqueue", values=["p:0"])
+    writer.complete(op, "ok", offsets=[0, 1])
+    writer.invoke("enqueue", values=["p:1"])  # then "killed"
+    writer.close()
+    with (tmp_path / "p.jsonl").open("a") as history:
+        history.write('{"type": "ok", "id": 2, "cut sh')  # a torn last line
+    calls = read_calls([tmp_path / "p.jsonl"])
+    assert [(c.op, c.outcome) for c in calls] == [("enqueue", "ok"), ("enqueue", None)]

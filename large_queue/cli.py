@@ -6,6 +6,7 @@ Examples::
     large-queue enqueue events '{"id": 1}'
     large-queue dequeue events
     large-queue info events
+    large-queue check events [--repair]
     large-queue get events 0
     large-queue demo
     large-queue bench
@@ -132,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("queue")
     enqueue.add_argument("entries", nargs="+", help="JSON values")
     enqueue.add_argument("--overwrite-if-full", action="store_true")
+    check = commands.add_parser("check", help="report what is wrong with a queue's records")
+    check.add_argument("queue")
+    check.add_argument("--repair", action="store_true", help="recreate missing buffer records (empty)")
     get = commands.add_parser("get", help="read the entry at an offset (no lock)")
     get.add_argument("queue")
     get.add_argument("offset", type=int)
@@ -182,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     lock_ttl=args.lock_ttl,
                 ).info()
             )
+        elif args.command == "check":
+            from large_queue._check import check_queue
+
+            report = check_queue(args.url, args.queue, namespace=args.namespace, repair=args.repair)
+            print("\n".join(report.lines()))
+            return 0 if report.ok else 1
         elif args.command == "delete":
             _print({"deleted": Queue.delete(connect(args.url), args.queue, namespace=args.namespace)})
         else:

@@ -1,0 +1,141 @@
+"""``large-queue check``: report what is wrong with a queue's records.
+
+It reads the metadata record and every buffer record (batch gets, so a few
+round trips) and names each problem: bins missing or of the wrong type, head
+and tail out of order, a missing buffer record, a malformed slot, a slot
+holding an offset that does not belong there, a live offset whose entry is
+gone, a fencing mark ahead of the metadata's counter. It changes nothing,
+except with ``repair=True``, which recreates missing buffer records (empty;
+what they held is gone either way, and the report says which offsets). Head,
+tail and slot contents are never rewritten: guessing them could lose data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue.backends import Backend, WriteMode, connect
+
+BATCH = 200
+MAX_LISTED = 10
+
+
+@dataclass(kw_only=True)
+class CheckReport:
+    """The findings of one check."""
+
+    queue: str
+    namespace: str
+    problems: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    live_entries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found (or every one was repaired)."""
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """The report as printable lines."""
+        head = f"queue {self.queue!r} in namespace {self.namespace!r}:"
+        body = [f"  problem: {p}" for p in self.problems] + [f"  repaired: {r}" for r in self.repaired]
+        body += [f"  note: {n}" for n in self.notes]
+        verdict = "OK" if self.ok else f"{len(self.problems)} problem(s)"
+        return [head, *body, f"  {self.live_entries} live entries; {verdict}"]
+
+
+def check_queue(store: Any, name: str, *, namespace: str | None = None, repair: bool = False) -> CheckReport:
+    """Check a queue's records; with ``repair``, recreate missing buffer records."""
+    backend = connect(store)
+    namespace = namespace or backend.default_namespace
+    report = CheckReport(queue=name, namespace=namespace)
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
+    record = backend.get(keys.metadata)
+    if record is None:
+        report.problems.append("the metadata record does not exist (no such queue)")
+        return report
+    try:
+        metadata = rec.parse_metadata(name, record.bins)
+    except errors.CorruptQueueError as exc:
+        report.problems.append(str(exc))
+        return report
+    if metadata.lock_owner:
+        report.notes.append(
+            f"locked by txn {metadata.lock_owner!r} (an operation in progress, or an expired lock)"
+        )
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=metadata.buffer_namespace)
+    _check_buffers(backend, keys, metadata, report, repair)
+    return report
+
+
+def _check_buffers(
+    backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata, report: CheckReport, repair: bool
+) -> None:
+    shape = metadata.shape
+    token = (metadata.fence_epoch, metadata.fence_counter)
+    slots_by_record: dict[int, list[Any]] = {}
+    for first in range(0, shape.record_count, BATCH):
+        indexes = range(first, min(first + BATCH, shape.record_count))
+        for index, buffer in zip(indexes, backend.batch_get([keys.buffer(i) for i in indexes]), strict=True):
+            where = f"buffer record {index}"
+            if buffer is None:
+                live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
+                lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
+                if repair:
+                    backend.put(
+                        keys.buffer(index),
+                        _empty_buffer(shape.slots_per_record, token),
+                        mode=WriteMode.CREATE_ONLY,
+                    )
+                    report.repaired.append(f"{where} was missing and was recreated empty{lost}")
+                    slots_by_record[index] = [None] * shape.slots_per_record
+                else:
+                    report.problems.append(f"{where} is missing{lost}")
+                continue
+            slots = buffer.bins.get(rec.SLOTS)
+            marks = (buffer.bins.get(rec.FENCE_EPOCH), buffer.bins.get(rec.FENCE_COUNTER))
+            if not all(type(mark) is int for mark in marks):
+                report.problems.append(f"{where} has missing or non-integer fencing marks {marks}")
+            elif marks > token:
+                report.problems.append(
+                    f"{where} has fencing mark {marks}, ahead of the queue's counter {token}"
+                )
+            if not isinstance(slots, list) or len(slots) != shape.slots_per_record:
+                report.problems.append(f"{where} does not hold a list of {shape.slots_per_record} slots")
+                continue
+            slots_by_record[index] = slots
+            for position, slot in enumerate(slots):
+                if slot is None:
+                    continue
+                if not (isinstance(slot, list) and len(slot) == 3 and type(slot[0]) is int):
+                    report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
+                elif slot[0] % shape.capacity != index * shape.slots_per_record + position:
+                    report.problems.append(
+                        f"{where} slot {position} holds offset {slot[0]}, which belongs elsewhere"
+                    )
+    missing = []
+    for offset in range(metadata.head, metadata.tail):
+        slots = slots_by_record.get(shape.record_of(offset))
+        if slots is None:
+            continue  # already reported with its record
+        slot = slots[shape.slot_of(offset)]
+        if isinstance(slot, list) and slot and slot[0] == offset:
+            report.live_entries += 1
+        else:
+            missing.append(offset)
+    if missing:
+        report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
+
+
+def _empty_buffer(slots_per_record: int, token: tuple[int, int]) -> dict[str, Any]:
+    # Marked with the current token: only holders newer than this check can write it.
+    return {rec.FENCE_EPOCH: token[0], rec.FENCE_COUNTER: token[1], rec.SLOTS: [None] * slots_per_record}
+
+
+def _listed(offsets: list[int]) -> str:
+    shown = ", ".join(map(str, offsets[:MAX_LISTED]))
+    return f"{shown} (and {len(offsets) - MAX_LISTED} more)" if len(offsets) > MAX_LISTED else shown

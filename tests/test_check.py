@@ -1,0 +1,71 @@
+"""``large-queue check`` names what is wrong and repairs only what is safe."""
+
+from __future__ import annotations
+
+import pytest
+
+from large_queue import _records as rec
+from large_queue._check import check_queue
+from large_queue.backends import ListSet, Write, WriteMode
+from large_queue.cli import main
+from tests.fix_backends import Store
+
+
+def test_a_healthy_queue_passes(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(5))
+    queue.dequeue_batch(2)
+    report = check_queue(store.backend, queue.name)
+    assert report.ok, report.lines()
+    assert report.live_entries == 3
+
+
+def test_missing_buffer_record_is_named_and_repaired(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(5))
+    store.backend.remove(queue.keys.buffer(1))
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == ["buffer record 1 is missing; the live offsets it held are gone: 3, 4"]
+    repaired = check_queue(store.backend, queue.name, repair=True)
+    assert repaired.repaired and "recreated empty" in repaired.repaired[0]
+    assert repaired.problems == ["live offsets whose slots no longer hold their entry: 3, 4"]
+    assert [e.value for e in queue.dequeue_batch(10)] == [0, 1, 2]  # usable again; 3 and 4 were lost
+    assert check_queue(store.backend, queue.name).ok
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ([ListSet(rec.SLOTS, 1, "garbage")], "slot 1 is malformed"),
+        ([ListSet(rec.SLOTS, 2, [7, "x", 0])], "slot 2 holds offset 7, which belongs elsewhere"),
+        ([Write(rec.FENCE_COUNTER, 10**6)], "ahead of the queue's counter"),
+        ([Write(rec.FENCE_EPOCH, "one")], "non-integer fencing marks"),
+        ([Write(rec.SLOTS, [None])], "does not hold a list of 3 slots"),
+    ],
+)
+def test_damaged_buffer_records_are_named(store: Store, damage: list[object], problem: str) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue("kept")
+    store.backend.operate(queue.keys.buffer(0), damage)  # type: ignore[arg-type]
+    report = check_queue(store.backend, queue.name)
+    assert any(problem in p for p in report.problems), report.problems
+
+
+def test_damaged_metadata_is_named_not_raised(store: Store) -> None:
+    queue = store.new_queue()
+    store.backend.put(queue.keys.metadata, {rec.HEAD: 9}, mode=WriteMode.UPDATE_ONLY)
+    report = check_queue(store.backend, queue.name)
+    assert len(report.problems) == 1 and "head 9 and tail 0" in report.problems[0]
+    assert not check_queue(store.backend, "no-such-queue").ok
+
+
+def test_check_command(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"embedded://{tmp_path}/cli.db"
+    assert main(["--url", url, "create", "q", "--capacity", "4", "--slots-per-record", "2"]) == 0
+    assert main(["--url", url, "enqueue", "q", '{"a": 1}', "[2]"]) == 0
+    assert main(["--url", url, "check", "q"]) == 0
+    assert "2 live entries; OK" in capsys.readouterr().out
+    assert main(["--url", url, "get", "q", "1"]) == 0
+    assert '"value": [2]' in capsys.readouterr().out
+    assert main(["--url", url, "enqueue", "q", "{bad json"]) == 1
+    assert "not valid JSON" in capsys.readouterr().err

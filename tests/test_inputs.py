@@ -130,6 +130,7 @@ def test_missing_queue_and_namespace(store: Store) -> None:
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
+        ({rec.TAIL: None}, "bin 'tail' is missing"),
         ({rec.HEAD: "zero"}, "'head' holds str"),
         ({rec.HEAD: 5, rec.TAIL: 2}, "break 0 <= head <= tail"),
         ({rec.FORMAT: 99}, "format version 99"),

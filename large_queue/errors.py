@@ -90,6 +90,13 @@ class LockLostError(LockError):
     """
 
 
+class OwnershipLostError(QueueError):
+    """This node no longer owns the queue: a commit or ack under its old epoch was refused.
+
+    Entries it delivered and had not acked are redelivered by the new owner.
+    """
+
+
 class OutcomeUnknownError(QueueError):
     """A write timed out after it may have been applied (``in_doubt``).
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
@@ -32,6 +32,9 @@ from large_queue.backends import Backend, ListGetRange, ListSet, Operation, Writ
 from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
+
+if TYPE_CHECKING:
+    from large_queue.cluster import Consumer
 
 log = logging.getLogger("large_queue")
 
@@ -397,6 +400,20 @@ class Queue:
         """
         start = max(0, head - self.shape.slots_per_record, tail - self.capacity)
         return [o for o in range(start, head) if self.shape.record_of(o) == record]
+
+    # --- sharing between nodes ----------------------------------------------------------
+
+    def consumer(
+        self, node_id: str, *, time_slice: float = 5.0, timeout: float = 10.0, **options: Any
+    ) -> Consumer:
+        """A consumer for node ``node_id`` that shares this queue with other nodes.
+
+        Use it as a context manager; see :class:`large_queue.cluster.Consumer`.
+        Do not dequeue directly from a queue that nodes share this way.
+        """
+        from large_queue.cluster import Consumer
+
+        return Consumer(self, node_id, time_slice=time_slice, timeout=timeout, **options)
 
     # --- reading without the lock --------------------------------------------------------
 

@@ -92,7 +92,9 @@ def test_public_names() -> None:
 def test_public_functions_have_docstrings() -> None:
     import large_queue.backends.aerospike
     import large_queue.backends.embedded
+    import large_queue.backends.faults
     import large_queue.cli
+    import large_queue.cluster
 
     modules = [
         large_queue,
@@ -104,7 +106,11 @@ def test_public_functions_have_docstrings() -> None:
         large_queue.backends.embedded,
         large_queue.backends.aerospike,
         large_queue.backends.conditions,
+        large_queue.backends.faults,
         large_queue.cli,
+        large_queue.cluster,
+        large_queue.cluster._consumer,
+        large_queue.cluster._ownership,
     ]
     missing = []
     for module in modules:

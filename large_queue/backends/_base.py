@@ -90,8 +90,15 @@ class ListGetRange:
     count: int
 
 
-Operation = Read | Write | Increment | ListSet | ListGetRange
-READ_OPERATIONS = (Read, ListGetRange)
+@dataclass(frozen=True)
+class ReadSinceUpdate:
+    """Return, under the name ``bin``, milliseconds since the record was last written (store's clock)."""
+
+    bin: str
+
+
+Operation = Read | Write | Increment | ListSet | ListGetRange | ReadSinceUpdate
+READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate)
 
 
 class Backend(ABC):

@@ -28,6 +28,7 @@ from large_queue.backends._base import (
     ListSet,
     Operation,
     Read,
+    ReadSinceUpdate,
     Record,
     RecordKey,
     Write,
@@ -128,7 +129,8 @@ def _expression(node: Any) -> Any:
 
 
 def _operation(op: Operation) -> dict[str, Any]:
-    from aerospike_helpers.operations import list_operations, operations
+    from aerospike_helpers import expressions as exp
+    from aerospike_helpers.operations import expression_operations, list_operations, operations
 
     built: dict[str, Any]
     if isinstance(op, Read):
@@ -141,6 +143,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         built = list_operations.list_set(op.bin, op.index, op.value)
     elif isinstance(op, ListGetRange):
         built = list_operations.list_get_range(op.bin, op.index, op.count)
+    elif isinstance(op, ReadSinceUpdate):
+        built = expression_operations.expression_read(op.bin, exp.SinceUpdateTime().compile())
     else:
         raise TypeError(f"unknown operation {op!r}")
     return built

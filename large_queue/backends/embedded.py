@@ -35,12 +35,14 @@ except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
 from large_queue import errors
 from large_queue.backends._base import (
     MAX_BIN_NAME_BYTES,
+    READ_OPERATIONS,
     Backend,
     Increment,
     ListGetRange,
     ListSet,
     Operation,
     Read,
+    ReadSinceUpdate,
     Record,
     RecordKey,
     Write,
@@ -292,7 +294,7 @@ class EmbeddedBackend(Backend):
         self._count()
         self._check_key(key)
         self._check_bins(op.bin for op in operations)
-        writes = any(not isinstance(op, (Read, ListGetRange)) for op in operations)
+        writes = any(not isinstance(op, READ_OPERATIONS) for op in operations)
         guarded = condition is not None or generation is not None
         while True:
             try:
@@ -324,14 +326,13 @@ class EmbeddedBackend(Backend):
                     errors.GenerationMismatchError,
                     f"record {key.set_name}/{key.user_key} is not at generation {generation}",
                 )
-            if condition is not None:
-                since_update_ms = (self.clock() - updated_ns) // 1_000_000
-                if evaluate(condition, bins, since_update_ms) is not True:
-                    raise _fail(
-                        errors.ConditionNotMetError,
-                        f"condition not met on record {key.set_name}/{key.user_key}",
-                    )
-            results = _apply(key, bins, operations)
+            since_update_ms = (self.clock() - updated_ns) // 1_000_000
+            if condition is not None and evaluate(condition, bins, since_update_ms) is not True:
+                raise _fail(
+                    errors.ConditionNotMetError,
+                    f"condition not met on record {key.set_name}/{key.user_key}",
+                )
+            results = _apply(key, bins, operations, since_update_ms)
             if writes:
                 transaction.become_writer()
                 try:
@@ -413,7 +414,9 @@ class _Transaction:
             self._backend._lock.release()
 
 
-def _apply(key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation]) -> dict[str, Any]:
+def _apply(
+    key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation], since_update_ms: int
+) -> dict[str, Any]:
     """Apply operations in order to ``bins`` (in place); return what the reads saw."""
     results: dict[str, Any] = {}
     for op in operations:
@@ -440,6 +443,8 @@ def _apply(key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation]
         elif isinstance(op, ListGetRange):
             target = _list_bin(key, bins, op.bin)
             results[op.bin] = target[op.index : op.index + op.count]
+        elif isinstance(op, ReadSinceUpdate):
+            results[op.bin] = since_update_ms
         else:
             raise TypeError(f"unknown operation {op!r}")
     return results

@@ -1,0 +1,411 @@
+"""A node's consumer of a shared queue: owns it in turn, delivers, takes acks.
+
+A background thread heartbeats the node, watches the owner record, takes
+ownership when it is handed over or when the owner has been silent past the
+timeout (if this node is the next interested live node in node-id order), and
+hands ownership on when the time slice is over and another node wants it.
+``receive`` delivers only while this node owns the queue (consumers are
+stopped otherwise) and never starts a delivery after the slice is over.
+
+While owning, a node needs no queue lock: a delivery is one batch get (the
+metadata record and the buffer records it needs) and one owner-guarded write;
+an ack is one owner-guarded write. The queue's head (what producers see as
+consumed) advances to the acked prefix now and then, under the queue lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, successor
+from large_queue.queue import Entry, Queue
+
+log = logging.getLogger("large_queue.cluster")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """An entry delivered to this node and not yet acked."""
+
+    offset: int
+    value: Any
+    enqueued_at_ms: int
+    delivery_count: int
+    epoch: int
+    consumer: Consumer = field(repr=False, compare=False)
+
+    @property
+    def redelivered(self) -> bool:
+        """True if an earlier owner delivered this entry and it was never acked."""
+        return self.delivery_count > 1
+
+    def ack(self) -> None:
+        """Acknowledge: the entry is consumed and will not be delivered again."""
+        self.consumer.ack([self])
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnershipEvent:
+    """A change seen by one node: ``take``, ``release`` or ``lost``, or an owner ``commit``."""
+
+    kind: str
+    node_id: str
+    epoch: int
+    at_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnershipInfo:
+    """Who owns a queue, who wants it, and how far delivery and acks have got."""
+
+    owner: str | None
+    epoch: int
+    nodes: list[NodeState]
+    delivered_offset: int
+    acked_offset: int
+    in_flight: int
+
+
+def ownership_info(queue: Queue, *, timeout: float = 10.0) -> OwnershipInfo:
+    """The ownership state of ``queue`` (``QueueNotFoundError`` if no consumer ever joined)."""
+    ownership = Ownership(queue, "info", timeout=timeout)
+    state = ownership.read()
+    return OwnershipInfo(
+        owner=state.owner or None,
+        epoch=state.epoch,
+        nodes=ownership.nodes(),
+        delivered_offset=state.cursor,
+        acked_offset=min(state.inflight, default=state.cursor),
+        in_flight=len(state.inflight),
+    )
+
+
+class Consumer:
+    """One node's consumer of a queue shared by many nodes.
+
+    Example::
+
+        with queue.consumer(node_id="a", time_slice=5.0) as consumer:
+            for message in consumer:
+                handle(message.value)
+                message.ack()
+
+    ``timeout`` is how long a silent node (or owner) counts as alive;
+    ``time_slice`` how long an owner keeps the queue while other nodes wait;
+    ``max_in_flight`` bounds delivered, unacked entries.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        node_id: str,
+        *,
+        time_slice: float = 5.0,
+        timeout: float = 10.0,
+        poll_interval: float | None = None,
+        max_in_flight: int = 1000,
+        on_event: Callable[[OwnershipEvent], None] | None = None,
+    ) -> None:
+        if not (time_slice > 0 and timeout > 0):
+            raise errors.InvalidArgumentError("time_slice and timeout must be positive")
+        if type(max_in_flight) is not int or max_in_flight < 1:
+            raise errors.InvalidArgumentError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+        self.queue = queue
+        self.node_id = node_id
+        self.ownership = Ownership(queue, node_id, timeout=timeout)
+        self.time_slice = time_slice
+        self.timeout = timeout
+        self.poll_interval = poll_interval or min(0.5, timeout / 5, time_slice / 4)
+        self.max_in_flight = max_in_flight
+        self._on_event = on_event
+        self._sync_every = max(1, min(queue.capacity // 4, 1000))
+        self._lock = threading.Condition(threading.RLock())
+        self._owning = False
+        self._epoch = 0
+        self._cursor = 0
+        self._inflight: dict[int, int] = {}
+        self._held: set[int] = set()
+        self._owner_since = 0.0
+        self._last_owner_write = 0.0
+        self._queue_head = 0
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- life cycle ------------------------------------------------------------------
+
+    def start(self) -> Consumer:
+        """Join the queue's nodes and start watching ownership."""
+        self.ownership.join()
+        self._tick()
+        self._thread = threading.Thread(target=self._run, name=f"large-queue-{self.node_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Hand ownership on (if owning), lose interest and stop."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            if self._owning:
+                with contextlib.suppress(errors.LargeQueueError):
+                    self._hand_over(final=True)
+            self._lock.notify_all()
+        with contextlib.suppress(errors.LargeQueueError):
+            self.ownership.heartbeat(interested=False)
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def owning(self) -> bool:
+        """True while this node owns the queue."""
+        return self._owning
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of this node's current (or last) ownership."""
+        return self._epoch
+
+    # --- consuming --------------------------------------------------------------------
+
+    def receive(self, max_entries: int = 1, *, timeout: float | None = None) -> list[Message]:
+        """Deliver up to ``max_entries`` entries, waiting up to ``timeout`` s to own the queue.
+
+        Costs one batch get and one write; entries left unacked by an earlier
+        owner come first, marked as redelivered.
+        """
+        messages = self._receive(max_entries, timeout, auto_ack=False)
+        return [m for m in messages if isinstance(m, Message)]
+
+    def dequeue(self, max_entries: int = 1, *, timeout: float | None = None) -> list[Entry]:
+        """Deliver and consume at once (at most once, like ``Queue.dequeue``). 2 round trips."""
+        entries = self._receive(max_entries, timeout, auto_ack=True)
+        return [e for e in entries if isinstance(e, Entry)]
+
+    def __iter__(self) -> Iterator[Message]:
+        while not self._closed.is_set():
+            yield from self.receive(1, timeout=self.poll_interval)
+
+    def ack(self, messages: list[Message]) -> None:
+        """Acknowledge delivered messages in one write; ``OwnershipLostError`` if no longer owner."""
+        with self._lock:
+            stale = [m.offset for m in messages if m.epoch != self._epoch]
+            if stale or not self._owning:
+                raise errors.OwnershipLostError(
+                    f"node {self.node_id!r} cannot ack offsets {stale or [m.offset for m in messages]}:"
+                    " it no longer owns the queue under the epoch that delivered them; the new owner"
+                    " redelivers them",
+                    queue=self.queue.name,
+                    node_id=self.node_id,
+                )
+            offsets = {m.offset for m in messages}
+            inflight = {o: c for o, c in self._inflight.items() if o not in offsets}
+            self._commit(self._cursor, inflight)
+            self._held -= offsets
+            self._sync_queue_head()
+
+    def _receive(self, max_entries: int, timeout: float | None, *, auto_ack: bool) -> list[Message | Entry]:
+        if type(max_entries) is not int or max_entries < 1:
+            raise errors.InvalidArgumentError(f"max_entries must be a positive int, got {max_entries!r}")
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        with self._lock:
+            while True:
+                if self._closed.is_set():
+                    return []
+                if self._owning and self._slice_over():
+                    self._hand_over(final=False)  # keeps the queue if nobody else wants it
+                if self._owning and not self._slice_over():
+                    return self._deliver(max_entries, auto_ack)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self._lock.wait(min(remaining, self.poll_interval))
+
+    def _deliver(self, max_entries: int, auto_ack: bool) -> list[Message | Entry]:
+        shape = self.queue.shape
+        redeliver = sorted(o for o in self._inflight if o not in self._held)[:max_entries]
+        budget = max_entries - len(redeliver)
+        if not auto_ack:
+            budget = min(budget, self.max_in_flight - len(self._inflight))
+        candidates = range(self._cursor, self._cursor + max(budget, 0))
+        records = sorted({shape.record_of(o) for o in [*redeliver, *candidates]})
+        found = self.queue.backend.batch_get(
+            [self.queue.keys.metadata, *(self.queue.keys.buffer(r) for r in records)]
+        )
+        if found[0] is None:
+            raise errors.QueueNotFoundError(
+                f"queue {self.queue.name!r} does not exist", queue=self.queue.name
+            )
+        metadata = rec.parse_metadata(self.queue.name, found[0].bins)
+        self._queue_head = metadata.head
+        slots: dict[int, Any] = {}
+        for record, buffer in zip(records, found[1:], strict=True):
+            slots[record] = buffer.bins.get(rec.SLOTS) if buffer is not None else None
+        cursor = max(self._cursor, metadata.head)  # below the head: dropped by overwriting producers
+        fresh = [o for o in candidates if cursor <= o < metadata.tail]
+        inflight = {o: c for o, c in self._inflight.items() if o >= metadata.head}
+        delivered: list[Message | Entry] = []
+        for offset in [*redeliver, *fresh]:
+            slot_list = slots.get(shape.record_of(offset))
+            slot = slot_list[shape.slot_of(offset)] if isinstance(slot_list, list) else None
+            entry = rec.slot_entry(self.queue.name, shape.record_of(offset), slot, offset)
+            count = inflight.pop(offset, 0) + 1
+            if entry is None:
+                log.warning(
+                    "queue %r: offset %d was overwritten before it was consumed", self.queue.name, offset
+                )
+                continue
+            if auto_ack:
+                delivered.append(Entry(offset=offset, value=entry[0], enqueued_at_ms=entry[1]))
+            else:
+                inflight[offset] = count
+                delivered.append(
+                    Message(
+                        offset=offset,
+                        value=entry[0],
+                        enqueued_at_ms=entry[1],
+                        delivery_count=count,
+                        epoch=self._epoch,
+                        consumer=self,
+                    )
+                )
+        cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
+        if not delivered and cursor == self._cursor and inflight == self._inflight:
+            return []
+        try:
+            self._commit(cursor, inflight)
+        except errors.OwnershipLostError:
+            return []  # nothing was delivered; the new owner has it all
+        if not auto_ack:
+            self._held.update(m.offset for m in delivered)
+        self._sync_queue_head()
+        return delivered
+
+    def _commit(self, cursor: int, inflight: dict[int, int]) -> None:
+        try:
+            self.ownership.commit(self._epoch, cursor=cursor, inflight=inflight)
+        except errors.OwnershipLostError:
+            self._lose()
+            raise
+        self._cursor, self._inflight = cursor, inflight
+        self._last_owner_write = time.monotonic()
+        self._event("commit")
+
+    def _sync_queue_head(self) -> None:
+        """Advance the queue's head to the acked prefix when it lags far enough.
+
+        Producers see free space only up to the head; it never passes an entry
+        that is unacked, so no producer can overwrite one.
+        """
+        acked = min(self._inflight, default=self._cursor)
+        if acked - self._queue_head < self._sync_every:
+            return
+        grant = self.queue.lock.acquire(f"{self.node_id}:head")
+        try:
+            if acked > grant.head:
+                self.queue.lock.commit(grant, head=acked)
+            else:
+                self.queue.lock.release(grant)
+        except errors.LockLostError:
+            return
+        self._queue_head = max(acked, grant.head)
+
+    # --- ownership ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed.wait(self.poll_interval):
+            try:
+                self._tick()
+            except errors.LargeQueueError:
+                log.warning("node %r: ownership check failed", self.node_id, exc_info=True)
+
+    def _tick(self) -> None:
+        self.ownership.heartbeat(interested=True)
+        state = self.ownership.read()
+        with self._lock:
+            if state.owner == self.node_id:
+                if not self._owning or self._epoch != state.epoch:
+                    self._become_owner(state)
+                    return
+                if time.monotonic() - self._last_owner_write > self.timeout / 4:
+                    try:
+                        self.ownership.keep_alive(self._epoch)
+                        self._last_owner_write = time.monotonic()
+                    except errors.OwnershipLostError:
+                        self._lose()
+                        return
+                if self._slice_over():
+                    self._hand_over(final=False)
+                return
+            if self._owning:
+                self._lose()
+            if state.owner == "":
+                gone, after = False, state.last_owner
+                candidates = self.ownership.live_interested()
+            elif state.silent_ms > self.ownership.timeout_ms:
+                gone, after = True, state.owner
+                candidates = self.ownership.live_interested(excluding=state.owner)
+            else:
+                return
+            if successor(after, candidates) == self.node_id and self.ownership.take(state, owner_gone=gone):
+                self._become_owner(self.ownership.read())
+
+    def _become_owner(self, state: OwnerState) -> None:
+        if state.owner != self.node_id:
+            return  # taken and lost again before we looked
+        self._owning = True
+        self._epoch = state.epoch
+        self._cursor = state.cursor
+        self._inflight = dict(state.inflight)
+        self._held = set()
+        self._owner_since = self._last_owner_write = time.monotonic()
+        self._event("take")
+        self._lock.notify_all()
+
+    def _lose(self) -> None:
+        if self._owning:
+            self._owning = False
+            self._held = set()
+            self._event("lost")
+
+    def _slice_over(self) -> bool:
+        return time.monotonic() - self._owner_since > self.time_slice
+
+    def _hand_over(self, *, final: bool) -> None:
+        """Pass the queue to the next interested live node, if any (stopConsumers).
+
+        No delivery starts once the slice is over; messages this node's
+        consumers still hold get up to half the timeout to be acked first, so
+        that a busy consumer does not turn them into redeliveries.
+        """
+        grace_over = time.monotonic() - self._owner_since > self.time_slice + self.timeout / 2
+        if self._held and not final and not grace_over:
+            return
+        others = self.ownership.live_interested(excluding=self.node_id)
+        if not others and not final:
+            self._owner_since = time.monotonic()  # nobody else wants it: a new slice
+            return
+        self._sync_queue_head()
+        if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):
+            self._event("release")
+        self._owning = False
+        self._held = set()
+        self._lock.notify_all()
+
+    def _event(self, kind: str) -> None:
+        if self._on_event is not None:
+            self._on_event(
+                OwnershipEvent(kind=kind, node_id=self.node_id, epoch=self._epoch, at_ns=time.time_ns())
+            )

@@ -1,0 +1,252 @@
+"""Ownership records of a queue and the one-command steps of the protocol.
+
+Records, in the queue's set and metadata namespace:
+
+- ``queue-owner``: ``owner`` (node id, "" when unowned), ``epoch`` (grows at
+  every change of owner), ``last_owner``, ``cursor`` (next offset to deliver)
+  and ``inflight`` (offset -> delivery count of entries delivered, not acked).
+  Every write the owner makes is guarded by "owner is me and epoch is mine",
+  and each one is also the owner's heartbeat: the record's time since last
+  update, on the store's clock, tells whether the owner is alive.
+- ``queue-nodes``: the ids of nodes that ever joined (a generation-checked list).
+- ``queue-node-<id>``: one per node, rewritten by its heartbeat, with
+  ``interested`` (1 or 0). A node silent longer than the timeout is gone.
+
+The failure story, as a timeline (timeout 10 s)::
+
+    t=0    A owns the queue at epoch 4 and delivers offsets 100..109 (the
+           write records them in ``inflight``).
+    t=1    A is paused (GC, SIGSTOP) before acking them.
+    t=11   The owner record has not been written for 10 s: A counts as gone.
+           B, the next interested live node after A in node-id order, takes
+           ownership: owner=B, epoch=5, guarded by "owner is A, epoch is 4
+           and the record is silent past the timeout".
+    t=11   B redelivers 100..109 (delivery count 2, marked redelivered).
+    t=20   A resumes and acks 100..109: its write is guarded by epoch 4 and
+           is refused; A gets OwnershipLostError, stops its consumers and
+           rejoins as a non-owner. B's consumers ack them once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from large_queue import errors
+from large_queue.backends import Read, ReadSinceUpdate, RecordKey, Write, WriteMode
+from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, eq, gt
+from large_queue.queue import Queue
+
+OWNER_KEY = "queue-owner"
+NODES_KEY = "queue-nodes"
+NODE_KEY_PREFIX = "queue-node-"
+
+OWNER = "owner"
+EPOCH = "epoch"
+LAST_OWNER = "last_owner"
+CURSOR = "cursor"
+INFLIGHT = "inflight"
+SILENT_MS = "silent_ms"  # an expression result, not a stored bin
+NODES = "nodes"
+INTERESTED = "interested"
+MAX_NODE_ID_CHARS = 40
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnerState:
+    """The owner record as read, with how long it has been silent (store's clock)."""
+
+    owner: str
+    epoch: int
+    last_owner: str
+    cursor: int
+    inflight: dict[int, int]
+    silent_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeState:
+    """One node as seen now."""
+
+    node_id: str
+    interested: bool
+    alive: bool
+    silent_ms: int | None
+
+
+def successor(after: str, candidates: list[str]) -> str | None:
+    """The first candidate after ``after`` in node-id order, circularly."""
+    ordered = sorted(set(candidates))
+    if not ordered:
+        return None
+    return next((node for node in ordered if node > after), ordered[0])
+
+
+class Ownership:
+    """The ownership records of one queue, seen by one node."""
+
+    def __init__(self, queue: Queue, node_id: str, *, timeout: float) -> None:
+        if not isinstance(node_id, str) or not 0 < len(node_id) <= MAX_NODE_ID_CHARS:
+            raise errors.InvalidArgumentError(
+                f"node_id must be a string of 1 to {MAX_NODE_ID_CHARS} characters, got {node_id!r}"
+            )
+        self.queue = queue
+        self.backend = queue.backend
+        self.node_id = node_id
+        self.timeout_ms = max(1, round(timeout * 1000))
+        namespace = queue.keys.metadata_namespace
+        self.owner_key = RecordKey(namespace, queue.name, OWNER_KEY)
+        self.nodes_key = RecordKey(namespace, queue.name, NODES_KEY)
+
+    def node_key(self, node_id: str) -> RecordKey:
+        """Key of a node's heartbeat record."""
+        return RecordKey(self.owner_key.namespace, self.queue.name, f"{NODE_KEY_PREFIX}{node_id}")
+
+    # --- joining and heartbeats ---------------------------------------------------
+
+    def join(self) -> None:
+        """Create the owner record if needed and add this node to the node list."""
+        with contextlib.suppress(errors.RecordExistsError):
+            self.backend.put(
+                self.owner_key,
+                {OWNER: "", EPOCH: 0, LAST_OWNER: "", CURSOR: self.queue.info().head_offset, INFLIGHT: {}},
+                mode=WriteMode.CREATE_ONLY,
+            )
+        self.heartbeat(interested=True)
+        while True:
+            record = self.backend.get(self.nodes_key)
+            nodes = list(record.bins.get(NODES, [])) if record else []
+            if self.node_id in nodes:
+                return
+            try:
+                if record is None:
+                    self.backend.put(self.nodes_key, {NODES: [self.node_id]}, mode=WriteMode.CREATE_ONLY)
+                else:
+                    self.backend.put(
+                        self.nodes_key, {NODES: sorted([*nodes, self.node_id])}, generation=record.generation
+                    )
+                return
+            except (errors.RecordExistsError, errors.GenerationMismatchError):
+                continue  # another node joined at the same moment: read again
+
+    def heartbeat(self, *, interested: bool) -> None:
+        """Rewrite this node's record: it is alive, and whether it wants the queue."""
+        self.backend.put(self.node_key(self.node_id), {"node": self.node_id, INTERESTED: int(interested)})
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read(self) -> OwnerState:
+        """The owner record now."""
+        try:
+            bins = self.backend.operate(
+                self.owner_key,
+                [
+                    Read(OWNER),
+                    Read(EPOCH),
+                    Read(LAST_OWNER),
+                    Read(CURSOR),
+                    Read(INFLIGHT),
+                    ReadSinceUpdate(SILENT_MS),
+                ],
+            )
+        except errors.RecordNotFoundError:
+            raise errors.QueueNotFoundError(
+                f"queue {self.queue.name!r} has no ownership record: no consumer has joined it",
+                queue=self.queue.name,
+            ) from None
+        inflight = bins.get(INFLIGHT) or {}
+        return OwnerState(
+            owner=bins.get(OWNER, ""),
+            epoch=bins.get(EPOCH, 0),
+            last_owner=bins.get(LAST_OWNER, ""),
+            cursor=bins.get(CURSOR, 0),
+            inflight={int(offset): int(count) for offset, count in inflight.items()},
+            silent_ms=bins[SILENT_MS],
+        )
+
+    def nodes(self) -> list[NodeState]:
+        """Every node that joined, with its interest and liveness (one command each)."""
+        record = self.backend.get(self.nodes_key)
+        states = []
+        for node_id in record.bins.get(NODES, []) if record else []:
+            try:
+                bins = self.backend.operate(
+                    self.node_key(node_id), [Read(INTERESTED), ReadSinceUpdate(SILENT_MS)]
+                )
+            except errors.RecordNotFoundError:
+                states.append(NodeState(node_id=node_id, interested=False, alive=False, silent_ms=None))
+                continue
+            alive = bins[SILENT_MS] <= self.timeout_ms
+            states.append(
+                NodeState(
+                    node_id=node_id,
+                    interested=bins.get(INTERESTED) == 1,
+                    alive=alive,
+                    silent_ms=bins[SILENT_MS],
+                )
+            )
+        return states
+
+    def live_interested(self, *, excluding: str = "") -> list[str]:
+        """Ids of nodes alive and interested now."""
+        return [n.node_id for n in self.nodes() if n.alive and n.interested and n.node_id != excluding]
+
+    # --- changing the owner -----------------------------------------------------------------
+
+    def take(self, state: OwnerState, *, owner_gone: bool) -> int | None:
+        """Become owner if the record is still as read; the new epoch, or None if another won."""
+        guard: Condition = all_of(eq(StrBin(OWNER), state.owner), eq(IntBin(EPOCH), state.epoch))
+        if owner_gone:
+            guard = all_of(guard, gt(SinceUpdateMs(), self.timeout_ms))
+        epoch = state.epoch + 1
+        try:
+            self.backend.operate(
+                self.owner_key,
+                [
+                    Write(OWNER, self.node_id),
+                    Write(EPOCH, epoch),
+                    Write(LAST_OWNER, state.owner or state.last_owner),
+                ],
+                condition=guard,
+            )
+        except errors.ConditionNotMetError:
+            return None
+        return epoch
+
+    def hand_over(self, epoch: int, to: str | None) -> bool:
+        """Pass ownership to ``to`` (None: nobody), only while this node owns ``epoch``."""
+        try:
+            self.backend.operate(
+                self.owner_key,
+                [Write(OWNER, to or ""), Write(EPOCH, epoch + 1), Write(LAST_OWNER, self.node_id)],
+                condition=self._mine(epoch),
+            )
+        except errors.ConditionNotMetError:
+            return False
+        return True
+
+    def commit(self, epoch: int, *, cursor: int, inflight: dict[int, int]) -> None:
+        """Record delivery and ack state (and prove liveness), only while owning ``epoch``."""
+        self._owner_write(
+            epoch, [Write(OWNER, self.node_id), Write(CURSOR, cursor), Write(INFLIGHT, inflight)]
+        )
+
+    def keep_alive(self, epoch: int) -> None:
+        """Heartbeat as owner: rewrite the owner record, only while owning ``epoch``."""
+        self._owner_write(epoch, [Write(OWNER, self.node_id)])
+
+    def _mine(self, epoch: int) -> Condition:
+        return all_of(eq(StrBin(OWNER), self.node_id), eq(IntBin(EPOCH), epoch))
+
+    def _owner_write(self, epoch: int, operations: list[Any]) -> None:
+        try:
+            self.backend.operate(self.owner_key, operations, condition=self._mine(epoch))
+        except errors.ConditionNotMetError:
+            raise errors.OwnershipLostError(
+                f"node {self.node_id!r} no longer owns queue {self.queue.name!r} (epoch {epoch} is over);"
+                " its unacked entries go to the new owner",
+                queue=self.queue.name,
+                node_id=self.node_id,
+                epoch=epoch,
+            ) from None

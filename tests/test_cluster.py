@@ -1,0 +1,272 @@
+"""The ownership shim: several node processes share one queue.
+
+Each node process logs (as JSON lines) its ownership events with their epoch
+and time, every delivery and every ack. The tests then check: never two
+owners at once, every node owns the queue at some point, handover in
+circular node-id order, every entry acked exactly once, redeliveries only of
+unacked entries (marked), and a paused former owner's acks refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFoundError
+from large_queue.backends.embedded import EmbeddedBackend
+from large_queue.cluster import OwnershipEvent, ownership_info
+
+TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}
+
+
+def _node(path: str, name: str, node_id: str, log_path: str, ack_delay: float, batch: int) -> None:
+    queue = Queue.open(EmbeddedBackend(path), name)
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
+
+    def write(**event: Any) -> None:
+        log.write(json.dumps({"node": node_id, "t": time.time_ns(), **event}) + "\n")
+
+    def on_event(event: OwnershipEvent) -> None:
+        write(kind=event.kind, epoch=event.epoch)
+
+    with queue.consumer(node_id, on_event=on_event, **TIMING) as consumer:  # type: ignore[arg-type]
+        while not os.path.exists(f"{log_path}.stop"):
+            messages = consumer.receive(batch, timeout=0.1)
+            for message in messages:
+                write(
+                    kind="delivered",
+                    offset=message.offset,
+                    value=message.value,
+                    count=message.delivery_count,
+                    epoch=message.epoch,
+                )
+            if messages:
+                time.sleep(ack_delay)
+                try:
+                    consumer.ack(messages)
+                    write(kind="acked", offsets=[m.offset for m in messages])
+                except OwnershipLostError:
+                    write(kind="ack-refused", offsets=[m.offset for m in messages])
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, nodes: str, *, ack_delay: float = 0.0, batch: int = 5) -> None:
+        self.path = str(tmp_path / "store.db")
+        self.logs = tmp_path
+        self.queue = Queue.create(EmbeddedBackend(self.path), "shared", capacity=120, slots_per_record=10)
+        context = multiprocessing.get_context("spawn")
+        self.processes = {
+            node: context.Process(
+                target=_node,
+                args=(self.path, "shared", node, str(tmp_path / f"{node}.log"), ack_delay, batch),
+            )
+            for node in nodes
+        }
+        self.nodes = list(nodes)
+        for process in self.processes.values():
+            process.start()
+
+    def produce(self, count: int) -> None:
+        for value in range(count):
+            while True:
+                try:
+                    self.queue.enqueue(value)
+                    break
+                except QueueFullError:
+                    time.sleep(0.01)
+
+    def wait_until_acked(self, count: int, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.acked_offsets_total() >= count:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"only {self.acked_offsets_total()} of {count} acked")
+
+    def acked_offsets_total(self) -> int:
+        return len({o for e in self.events() if e["kind"] == "acked" for o in e["offsets"]})
+
+    def wait_until_every_node_owned(self, seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if {e["node"] for e in self.events() if e["kind"] == "take"} >= set(self.processes):
+                return
+            time.sleep(0.1)
+
+    def _unacked(self, node: str) -> set[int]:
+        mine = [e for e in self.events() if e["node"] == node]
+        delivered = {e["offset"] for e in mine if e["kind"] == "delivered"}
+        return delivered - {o for e in mine if e["kind"] in ("acked", "ack-refused") for o in e["offsets"]}
+
+    def owner(self) -> str | None:
+        return ownership_info(self.queue).owner
+
+    def wait_for_owner_holding_unacked(self, seconds: float = 30) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with contextlib.suppress(QueueNotFoundError):  # no node has joined yet
+                info = ownership_info(self.queue)
+                if info.owner and info.in_flight and self._unacked(info.owner):
+                    return info.owner
+            time.sleep(0.02)
+        raise AssertionError("no owner ever held unacked entries")
+
+    def stop(self) -> None:
+        for node in self.processes:
+            Path(f"{self.logs / node}.log.stop").touch()
+        for process in self.processes.values():
+            process.join(30)
+
+    def events(self) -> list[dict[str, Any]]:
+        events = []
+        for node in self.nodes:
+            log = self.logs / f"{node}.log"
+            if log.exists():
+                events += [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
+        return sorted(events, key=lambda event: event["t"])
+
+
+def _check_history(events: list[dict[str, Any]], produced: int) -> dict[str, int]:
+    owners_by_epoch: dict[int, set[str]] = defaultdict(set)
+    for event in events:
+        if event["kind"] in ("take", "commit", "release"):
+            owners_by_epoch[event["epoch"]].add(event["node"])
+    assert all(len(nodes) == 1 for nodes in owners_by_epoch.values()), owners_by_epoch
+    commits = [e["epoch"] for e in events if e["kind"] == "commit"]
+    assert commits == sorted(commits), "an older epoch committed after a newer one"
+    acked = Counter(o for e in events if e["kind"] == "acked" for o in e["offsets"])
+    assert sorted(acked) == list(range(produced)), "an entry was never acked"
+    assert max(acked.values()) == 1, "an entry was acked twice"
+    acked_so_far: set[int] = set()
+    redeliveries = 0
+    for event in events:
+        if event["kind"] == "acked":
+            acked_so_far.update(event["offsets"])
+        elif event["kind"] == "delivered":
+            assert event["offset"] not in acked_so_far, f"acked offset {event['offset']} delivered again"
+            redeliveries += event["count"] > 1
+    return {"epochs": len(owners_by_epoch), "redeliveries": redeliveries}
+
+
+def test_nodes_share_a_queue_one_owner_at_a_time(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, "abc")
+    try:
+        cluster.produce(400)
+        cluster.wait_until_acked(400)
+        cluster.wait_until_every_node_owned()
+    finally:
+        cluster.stop()
+    events = cluster.events()
+    figures = _check_history(events, 400)
+    takers = {e["node"] for e in events if e["kind"] == "take"}
+    assert takers == {"a", "b", "c"}, f"not every node owned the queue: {takers}"
+    assert figures["epochs"] >= 3
+    takes = [e["node"] for e in events if e["kind"] == "take"]
+    following = {"a": "b", "b": "c", "c": "a"}
+    assert all(following[x] == y for x, y in itertools.pairwise(takes)), f"handover order broken: {takes}"
+
+
+def test_killed_owner_unacked_entries_are_redelivered(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, "abc", ack_delay=0.3)
+    try:
+        cluster.produce(100)
+        victim = cluster.wait_for_owner_holding_unacked()
+        os.kill(cluster.processes[victim].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        cluster.processes.pop(victim).join()
+        cluster.wait_until_acked(100)
+    finally:
+        cluster.stop()
+    events = cluster.events()
+    figures = _check_history(events, 100)
+    unacked_by_victim = {e["offset"] for e in events if e["kind"] == "delivered" and e["node"] == victim} - {
+        o for e in events if e["kind"] == "acked" and e["node"] == victim for o in e["offsets"]
+    }
+    assert unacked_by_victim, "the owner was killed holding nothing"
+    redelivered = {e["offset"] for e in events if e["kind"] == "delivered" and e["count"] > 1}
+    assert unacked_by_victim <= redelivered
+    assert figures["redeliveries"] >= len(unacked_by_victim)
+
+
+def test_paused_owner_is_fenced_and_rejoins(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, "ab", ack_delay=0.3)
+    try:
+        cluster.produce(60)
+        paused = cluster.wait_for_owner_holding_unacked()
+        process = cluster.processes[paused]
+        os.kill(process.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        time.sleep(TIMING["timeout"] * 2.5)
+        assert cluster.owner() not in (None, paused), "nobody took over from the paused owner"
+        os.kill(process.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        cluster.produce(60)
+        cluster.wait_until_acked(120)
+    finally:
+        cluster.stop()
+    events = cluster.events()
+    _check_history(events, 120)
+    refused = [e for e in events if e["kind"] == "ack-refused" and e["node"] == paused]
+    assert refused, "the paused owner's ack was not refused"
+    after = [e for e in events if e["node"] == paused and e["t"] > refused[0]["t"]]
+    assert any(e["kind"] == "take" for e in after) or process.is_alive(), "the paused node did not rejoin"
+
+
+def test_owner_needs_no_lock_and_few_round_trips(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path / "s.db")
+    queue = Queue.create(backend, "q", capacity=400, slots_per_record=100)
+    queue.enqueue_batch(range(300))
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        assert consumer.owning
+        before = backend.commands
+        assert [e.value for e in consumer.dequeue(1)] == [0]
+        assert backend.commands - before == 2
+        before = backend.commands
+        messages = consumer.receive(10)  # offsets 1..10, in buffer record 0
+        assert backend.commands - before == 2  # one batch get, one owner write; no lock
+        before = backend.commands
+        consumer.ack(messages)
+        assert backend.commands - before == 1
+        before = backend.commands
+        messages = consumer.receive(100)  # offsets 11..110: buffer records 0 and 1, still one batch get
+        assert backend.commands - before == 2
+        assert queue.info().head_offset == 0  # producers' view of the head moves lazily...
+        before = backend.commands
+        consumer.ack(messages)
+        assert backend.commands - before == 1 + 2  # ...here: a quarter of the capacity was acked
+        assert queue.info().head_offset == ownership_info(queue).acked_offset == 111
+
+
+def test_handover_follows_node_id_order_in_one_process(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path / "s.db")
+    queue = Queue.create(backend, "q", capacity=50, slots_per_record=5)
+    events: list[OwnershipEvent] = []
+    stop = threading.Event()
+
+    def run(node: str) -> None:
+        with queue.consumer(node, on_event=events.append, **TIMING) as consumer:  # type: ignore[arg-type]
+            while not stop.is_set():
+                consumer.receive(1, timeout=0.05)
+
+    threads = [threading.Thread(target=run, args=(node,)) for node in ("n2", "n1", "n3")]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    takes = [e.node_id for e in events if e.kind == "take"]
+    assert len(takes) >= 4
+    following = {"n1": "n2", "n2": "n3", "n3": "n1"}
+    assert all(following[x] == y for x, y in itertools.pairwise(takes)), takes
+    with pytest.raises(OwnershipLostError):
+        stale = Queue.open(backend, "q").consumer("n1", **TIMING)  # type: ignore[arg-type]
+        stale.ownership.commit(1, cursor=0, inflight={})

@@ -89,6 +89,38 @@ def _raw_commands(backend: Backend, count: int, progress: bool) -> Figure:
         backend.remove(key)
 
 
+def _owner_figures(
+    queue: Queue, operations: int, batches: int, batch_size: int, progress: bool
+) -> list[Figure]:
+    """Dequeues by the owning node of the cluster shim: no queue lock per operation."""
+    backend = queue.backend
+    with queue.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
+        queue.enqueue_batch([{"n": n} for n in range(min(operations, queue.capacity))])
+        single = _timed(
+            "owner dequeue (single, no lock)",
+            backend,
+            operations,
+            lambda i: len(consumer.dequeue(1)),
+            progress=progress,
+        )
+        queue.enqueue_batch([{"n": n} for n in range(min(batches * batch_size, queue.capacity))])
+
+        def receive_and_ack(i: int) -> int:
+            messages = consumer.receive(batch_size)
+            consumer.ack(messages)
+            return len(messages)
+
+        batch = _timed(
+            f"owner receive + ack (batches of {batch_size})",
+            backend,
+            batches,
+            receive_and_ack,
+            unit="entries",
+            progress=progress,
+        )
+    return [single, batch]
+
+
 def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:
     queue = Queue.open(connect(url), name)
     producer = uuid.uuid4().hex[:6]
@@ -180,6 +212,7 @@ def run(
                 progress=progress,
             ),
         ]
+        figures += _owner_figures(queue, operations, batches, batch_size, progress)
     finally:
         Queue.delete(backend, name)
     per_process = max(200, operations // processes)

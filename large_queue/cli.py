@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,6 +35,8 @@ from large_queue.queue import Entry, Queue
 
 
 def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     if isinstance(value, (bytes, bytearray)):
         return {"$bytes": base64.b64encode(bytes(value)).decode()}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -120,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     create = commands.add_parser("create", help="create a queue")
     create.add_argument("queue")
     create.add_argument("--capacity", type=int, required=True)
-    create.add_argument("--slots-per-record", type=int, default=100)
+    create.add_argument("--slots-per-record", type=int, help="default: the capacity, at most 100")
     create.add_argument("--buffer-namespace")
     create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
     for name, text in [
@@ -198,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             queue = Queue.open(connect(args.url), args.queue, namespace=args.namespace)
             if args.command == "info":
                 _print(queue.info())
+                from large_queue.cluster import ownership_info
+
+                with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
+                    _print({"ownership": ownership_info(queue)})
             elif args.command == "dequeue":
                 _print(_entry(queue.dequeue()))
             elif args.command == "get":

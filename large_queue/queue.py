@@ -140,7 +140,7 @@ class Queue:
         name: str,
         *,
         capacity: int,
-        slots_per_record: int = 100,
+        slots_per_record: int | None = None,
         namespace: str | None = None,
         buffer_namespace: str | None = None,
         lock_ttl: float = 2.0,
@@ -149,7 +149,8 @@ class Queue:
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
-        ``capacity`` is rounded up to whole buffer records. ``record_size_limit``
+        ``capacity`` is rounded up to whole buffer records of
+        ``slots_per_record`` slots (default: the capacity, at most 100). ``record_size_limit``
         is the store's (Aerospike ``max-record-size``, 1 MiB by default): every
         entry must then fit ``record_size_limit / slots_per_record`` bytes.
         ``lock_ttl`` (seconds) is how long a silent lock holder keeps the lock.
@@ -163,7 +164,9 @@ class Queue:
             "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
         )
         _positive_int("capacity", capacity)
-        _positive_int("slots_per_record", slots_per_record)
+        slots_per_record = _positive_int(
+            "slots_per_record", min(capacity, 100) if slots_per_record is None else slots_per_record
+        )
         if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
             raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
         if type(record_size_limit) is not int or not 8192 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:

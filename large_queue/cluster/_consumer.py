@@ -303,14 +303,14 @@ class Consumer:
         self._last_owner_write = time.monotonic()
         self._event("commit")
 
-    def _sync_queue_head(self) -> None:
-        """Advance the queue's head to the acked prefix when it lags far enough.
+    def _sync_queue_head(self, *, force: bool = False) -> None:
+        """Advance the queue's head to the acked prefix when it lags far enough (or ``force``).
 
         Producers see free space only up to the head; it never passes an entry
         that is unacked, so no producer can overwrite one.
         """
         acked = min(self._inflight, default=self._cursor)
-        if acked - self._queue_head < self._sync_every:
+        if acked <= self._queue_head or (acked - self._queue_head < self._sync_every and not force):
             return
         grant = self.queue.lock.acquire(f"{self.node_id}:head")
         try:
@@ -397,7 +397,7 @@ class Consumer:
         if not others and not final:
             self._owner_since = time.monotonic()  # nobody else wants it: a new slice
             return
-        self._sync_queue_head()
+        self._sync_queue_head(force=True)
         if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):
             self._event("release")
         self._owning = False

@@ -1,0 +1,31 @@
+"""Spark connector: read queues as DataFrames (batch and streaming) and write DataFrames into queues.
+
+Install with ``pip install 'large-queue[spark]'`` and register once per session::
+
+    from large_queue.spark import register
+    register(spark)
+    df = spark.read.format("large_queue").option("queue", "events").load()
+    df.write.format("large_queue").option("queue", "results").mode("append").save()
+
+Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
+``LARGE_QUEUE_URL`` or the embedded store), ``namespace``, ``queue``
+(required), ``startingOffsets`` / ``endingOffsets`` (``earliest``,
+``latest`` or an offset), ``minPartitions``, ``recordsPerPartition``,
+``valueFormat`` (``json`` | ``binary``), ``failOnDataLoss`` (default true),
+``maxOffsetsPerTrigger`` (streaming), and for writing ``batchSize``,
+``createIfMissing``, ``capacity``, ``slotsPerRecord``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from large_queue.spark._source import LargeQueueDataSource
+
+
+def register(spark: Any) -> None:
+    """Register the ``large_queue`` format with a SparkSession."""
+    spark.dataSource.register(LargeQueueDataSource)
+
+
+__all__ = ["LargeQueueDataSource", "register"]

@@ -1,0 +1,165 @@
+"""Options of the ``large_queue`` Spark data source, checked before any task runs.
+
+I/O-free: parsing, validation and the planning of segments (contiguous runs of
+buffer records) from a snapshot of head and tail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from large_queue import errors
+from large_queue._records import QueueShape
+
+VALUE_FORMATS = ("json", "binary")
+DEFAULT_RECORDS_PER_PARTITION = 64
+
+
+def _integer(options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"option {name}={text!r} is not an integer") from None
+    if value < minimum:
+        raise errors.InvalidArgumentError(f"option {name}={value} must be at least {minimum}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false"):
+        raise errors.InvalidArgumentError(f"option {name}={text!r} must be true or false")
+    return text.lower() == "true"
+
+
+def _bound(options: Mapping[str, str], name: str, default: str) -> str | int:
+    given = options.get(name.lower())
+    text = (given or default).strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            f"option {name}={given!r} must be 'earliest', 'latest' or an offset"
+        ) from None
+    if offset < 0:
+        raise errors.InvalidArgumentError(f"option {name}={offset} must not be negative")
+    return offset
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceOptions:
+    """Everything the data source was given, validated."""
+
+    url: str | None
+    namespace: str | None
+    queue: str
+    starting: str | int
+    ending: str | int
+    min_partitions: int
+    records_per_partition: int | None
+    value_format: str
+    value_format_given: bool
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    batch_size: int
+    create_if_missing: bool
+    capacity: int | None
+    slots_per_record: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate the options Spark passed (keys are case-insensitive there)."""
+        lowered = {key.lower(): value for key, value in options.items()}
+        queue = lowered.get("queue")
+        if not queue:
+            raise errors.InvalidArgumentError("option 'queue' is required: .option('queue', 'name')")
+        value_format = lowered.get("valueformat", "json").lower()
+        if value_format not in VALUE_FORMATS:
+            raise errors.InvalidArgumentError(
+                f"option valueFormat={lowered['valueformat']!r} must be one of {', '.join(VALUE_FORMATS)}"
+            )
+        return cls(
+            url=lowered.get("url"),
+            namespace=lowered.get("namespace"),
+            queue=queue,
+            starting=_bound(lowered, "startingOffsets", "earliest"),
+            ending=_bound(lowered, "endingOffsets", "latest"),
+            min_partitions=_integer(lowered, "minPartitions", 1, minimum=1) or 1,
+            records_per_partition=_integer(lowered, "recordsPerPartition", None, minimum=1),
+            value_format=value_format,
+            value_format_given="valueformat" in lowered,
+            fail_on_data_loss=_boolean(lowered, "failOnDataLoss", True),
+            max_offsets_per_trigger=_integer(lowered, "maxOffsetsPerTrigger", None, minimum=1),
+            batch_size=_integer(lowered, "batchSize", 1000, minimum=1) or 1000,
+            create_if_missing=_boolean(lowered, "createIfMissing", False),
+            capacity=_integer(lowered, "capacity", None, minimum=1),
+            slots_per_record=_integer(lowered, "slotsPerRecord", None, minimum=1),
+        )
+
+
+def resolve(bound: str | int, head: int, tail: int) -> int:
+    """An option's offset given the snapshot (earliest = head, latest = tail)."""
+    if bound == "earliest":
+        return head
+    if bound == "latest":
+        return tail
+    assert isinstance(bound, int)
+    return bound
+
+
+def check_range(queue: str, start: int, end: int, head: int, tail: int, fail_on_data_loss: bool) -> int:
+    """Validate a batch read of [start, end); returns the first offset to read."""
+    if start > end:
+        raise errors.InvalidArgumentError(f"startingOffsets {start} is after endingOffsets {end}")
+    if end > tail:
+        raise errors.InvalidArgumentError(
+            f"endingOffsets {end} is beyond the tail {tail} of queue {queue!r}:"
+            " those entries do not exist yet"
+        )
+    if start < head:
+        if fail_on_data_loss:
+            raise data_loss(queue, start, min(head, end))
+        return head
+    return start
+
+
+def data_loss(queue: str, start: int, stop: int) -> errors.QueueError:
+    """The error for offsets that are no longer in the queue."""
+    return errors.QueueError(
+        f"offsets {start} to {stop - 1} of queue {queue!r} are no longer in the queue (dequeued or"
+        " overwritten); set failOnDataLoss=false to skip them",
+        queue=queue,
+        lost_from=start,
+        lost_to=stop,
+    )
+
+
+def segments(
+    shape: QueueShape, start: int, end: int, *, min_partitions: int, records_per_partition: int | None
+) -> list[tuple[int, int]]:
+    """Split [start, end) into ranges of whole buffer records (the first and last may be partial)."""
+    if start >= end:
+        return []
+    first_block = start // shape.slots_per_record
+    last_block = (end - 1) // shape.slots_per_record
+    blocks = last_block - first_block + 1
+    per_partition = records_per_partition or max(
+        1, min(DEFAULT_RECORDS_PER_PARTITION, math.ceil(blocks / min_partitions))
+    )
+    if records_per_partition is None:
+        per_partition = min(per_partition, math.ceil(blocks / min_partitions))
+    ranges = []
+    for block in range(first_block, last_block + 1, per_partition):
+        lo = max(start, block * shape.slots_per_record)
+        hi = min(end, (block + per_partition) * shape.slots_per_record)
+        ranges.append((lo, hi))
+    return ranges

@@ -1,0 +1,444 @@
+"""The ``large_queue`` PySpark data source (Python Data Source API, pyspark >= 4.0).
+
+Batch reads take one snapshot of [head, tail) on the driver and split it into
+segments (runs of whole buffer records); each task reads its segment with
+batch gets (one round trip per batch of records) and yields Arrow record
+batches. Streaming reads use queue offsets as Spark offsets. Writes enqueue
+rows in batches, one lock and one commit per batch. Reading never dequeues.
+
+Connections are opened inside tasks and reused per worker process; nothing
+unpicklable travels with the reader or the writer.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import datetime
+import decimal
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import orjson
+import pyarrow as pa
+from pyspark.sql import Row
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue.backends import Backend, connect
+from large_queue.queue import Queue
+from large_queue.spark._options import SourceOptions, check_range, data_loss, resolve, segments
+
+log = logging.getLogger("large_queue.spark")
+
+JSON_SCHEMA = "queue string, offset long, value string, enqueued_at timestamp"
+BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
+META_COLUMNS = ("queue", "offset", "enqueued_at", "value")
+RECORDS_PER_BATCH_GET = 32
+FULL_QUEUE_WAIT_SECONDS = 60.0
+
+_stores: dict[tuple[int, str | None], Backend] = {}
+
+
+def _store(url: str | None) -> Backend:
+    """One connection per worker process and URL."""
+    key = (os.getpid(), url)
+    if key not in _stores:
+        _stores[key] = connect(url)
+    return _stores[key]
+
+
+def _open(options: SourceOptions) -> Queue:
+    return Queue.open(_store(options.url), options.queue, namespace=options.namespace)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment(InputPartition):
+    """Offsets [start, stop) of one queue: a run of whole buffer records."""
+
+    start: int
+    stop: int
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _encode_json(value: Any) -> bytes:
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) -> Iterator[pa.RecordBatch]:
+    """Read one segment with batch gets; yield Arrow record batches."""
+    queue = _open(options)
+    shape = queue.shape
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    first_block = segment.start // shape.slots_per_record
+    last_block = (segment.stop - 1) // shape.slots_per_record
+    lost: list[int] = []
+    for chunk_start in range(first_block, last_block + 1, RECORDS_PER_BATCH_GET):
+        blocks = range(chunk_start, min(chunk_start + RECORDS_PER_BATCH_GET, last_block + 1))
+        records = queue.backend.batch_get(
+            [queue.keys.buffer(shape.record_of(b * shape.slots_per_record)) for b in blocks]
+        )
+        offsets: list[int] = []
+        values: list[Any] = []
+        times: list[int] = []
+        for block, record in zip(blocks, records, strict=True):
+            slots = record.bins.get(rec.SLOTS) if record is not None else None
+            lo = max(segment.start, block * shape.slots_per_record)
+            hi = min(segment.stop, (block + 1) * shape.slots_per_record)
+            for offset in range(lo, hi):
+                slot = slots[offset % shape.slots_per_record] if isinstance(slots, list) else None
+                if slot is None or slot[0] != offset:
+                    lost.append(offset)
+                    continue
+                offsets.append(offset)
+                values.append(slot[1])
+                times.append(slot[2])
+        if lost and options.fail_on_data_loss:
+            raise data_loss(options.queue, lost[0], lost[-1] + 1)
+        if offsets:
+            yield _batch(options, schema, arrow_schema, offsets, values, times)
+    if lost:
+        log.warning(
+            "queue %r: skipped %d entries no longer in the queue (%d..%d)",
+            options.queue,
+            len(lost),
+            lost[0],
+            lost[-1],
+        )
+
+
+def _batch(
+    options: SourceOptions,
+    schema: StructType,
+    arrow_schema: pa.Schema,
+    offsets: list[int],
+    values: list[Any],
+    times: list[int],
+) -> pa.RecordBatch:
+    columns: dict[str, pa.Array] = {}
+    names = schema.fieldNames()
+    if "queue" in names:
+        columns["queue"] = pa.array([options.queue] * len(offsets), pa.string())
+    if "offset" in names:
+        columns["offset"] = pa.array(offsets, pa.int64())
+    if "enqueued_at" in names:
+        columns["enqueued_at"] = (
+            pa.array(times, pa.int64()).cast(pa.timestamp("ms")).cast(arrow_schema.field("enqueued_at").type)
+        )
+    if "value" in names:
+        if options.value_format == "binary":
+            columns["value"] = pa.array([msgpack.packb(v, use_bin_type=True) for v in values], pa.binary())
+        else:
+            columns["value"] = pa.array([_encode_json(v) for v in values], pa.binary()).cast(pa.string())
+    others = [name for name in names if name not in META_COLUMNS]
+    if others:
+        rows = [v if isinstance(v, dict) else {} for v in values]
+        try:
+            parsed = pa.RecordBatch.from_pylist(
+                [{name: row.get(name) for name in others} for row in rows],
+                schema=pa.schema([arrow_schema.field(name) for name in others]),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            raise errors.InvalidArgumentError(
+                f"entries of queue {options.queue!r} (offsets {offsets[0]}..{offsets[-1]}) do not fit the"
+                f" given schema: {exc}"
+            ) from None
+        for name in others:
+            columns[name] = parsed.column(name)
+    return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=arrow_schema)
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        queue = _open(options)  # planning time: a missing queue or bad offsets fail here
+        info = queue.info()
+        start = resolve(options.starting, info.head_offset, info.tail_offset)
+        end = resolve(options.ending, info.head_offset, info.tail_offset)
+        start = check_range(
+            options.queue, start, end, info.head_offset, info.tail_offset, options.fail_on_data_loss
+        )
+        self.segments = segments(
+            queue.shape,
+            start,
+            end,
+            min_partitions=options.min_partitions,
+            records_per_partition=options.records_per_partition,
+        )
+
+    def partitions(self) -> list[InputPartition]:
+        return [Segment(lo, hi) for lo, hi in self.segments] or [Segment(0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Segment)
+        if partition.start < partition.stop:
+            yield from _read_segment(self.options, self.schema, partition)
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self.target: int | None = None
+        _open(options)  # planning time: a missing queue fails here
+
+    def _bounds(self) -> tuple[int, int]:
+        info = _open(self.options).info()
+        return info.head_offset, info.tail_offset
+
+    def initialOffset(self) -> dict[str, int]:
+        head, tail = self._bounds()
+        start = resolve(self.options.starting, head, tail)
+        if start < head:
+            if self.options.fail_on_data_loss:
+                raise data_loss(self.options.queue, start, head)
+            start = head
+        return {"offset": start}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def _begin(self, offset: int, head: int) -> int:
+        """Where reading resumes: ``offset``, or the head if the queue moved past it."""
+        if offset >= head:
+            return offset
+        if self.options.fail_on_data_loss:
+            raise data_loss(self.options.queue, offset, head)
+        log.warning(
+            "queue %r: offsets %d..%d are gone; resuming at the head", self.options.queue, offset, head - 1
+        )
+        return head
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        head, tail = self._bounds()
+        begin = self._begin(start["offset"], head)
+        end = tail if self.target is None else min(tail, max(self.target, begin))
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"offset": max(end, begin)}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return {"offset": self._bounds()[1]}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._bounds()[1]
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        head, _ = self._bounds()
+        begin = self._begin(start["offset"], head)
+        queue = _open(self.options)
+        planned = segments(
+            queue.shape,
+            begin,
+            end["offset"],
+            min_partitions=self.options.min_partitions,
+            records_per_partition=self.options.records_per_partition,
+        )
+        return [Segment(lo, hi) for lo, hi in planned] or [Segment(0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Segment)
+        if partition.start < partition.stop:
+            yield from _read_segment(self.options, self.schema, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: reading never dequeues."""
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueued(WriterCommitMessage):
+    """What one write task enqueued: how many entries, first and last offset."""
+
+    count: int
+    first_offset: int | None
+    last_offset: int | None
+
+
+def _native(value: Any) -> Any:
+    """A Spark value as an Aerospike-native one."""
+    if isinstance(value, Row):
+        return {key: _native(item) for key, item in value.asDict(recursive=False).items()}
+    if isinstance(value, dict):
+        return {key: _native(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_native(item) for item in value]
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
+def _entry(options: SourceOptions, row: Row) -> Any:
+    """The entry for one row: its ``value`` column, else the whole row as a dict.
+
+    With ``valueFormat`` given, the value column is decoded first: JSON text
+    (``json``) or msgpack bytes (``binary``), as the reader produces them.
+    """
+    if "value" not in row.__fields__:
+        return _native(row.asDict(recursive=True))
+    value = row["value"]
+    if options.value_format_given and value is not None:
+        try:
+            return orjson.loads(value) if options.value_format == "json" else msgpack.unpackb(value)
+        except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+            raise errors.InvalidArgumentError(
+                f"a value is not {options.value_format} as valueFormat says: {exc}"
+            ) from None
+    return _native(value)
+
+
+def _prepare_queue(options: SourceOptions) -> None:
+    """Driver side, before any task: open the queue, or create it if asked to."""
+    try:
+        _open(options)
+    except errors.QueueNotFoundError:
+        if not options.create_if_missing:
+            raise
+        if options.capacity is None:
+            raise errors.InvalidArgumentError("createIfMissing needs option 'capacity'") from None
+        with contextlib.suppress(errors.QueueExistsError):  # a concurrent writer created it
+            Queue.create(
+                _store(options.url),
+                options.queue,
+                capacity=options.capacity,
+                slots_per_record=options.slots_per_record,
+                namespace=options.namespace,
+            )
+
+
+def _write_rows(options: SourceOptions, rows: Iterator[Row]) -> Enqueued:
+    queue = _open(options)
+    size = min(options.batch_size, queue.capacity)
+    count, first, last = 0, None, None
+    batch: list[Any] = []
+
+    def flush() -> None:
+        nonlocal count, first, last
+        deadline = time.monotonic() + FULL_QUEUE_WAIT_SECONDS
+        delay = 0.01
+        while True:
+            try:
+                offsets = queue.enqueue_batch(batch)
+                break
+            except errors.QueueFullError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)  # consumers are behind: wait for room
+                delay = min(delay * 2, 1.0)
+        count += len(offsets)
+        first = offsets.start if first is None else first
+        last = offsets.stop - 1
+        batch.clear()
+
+    for row in rows:
+        batch.append(_entry(options, row))
+        if len(batch) >= size:
+            flush()
+    if batch:
+        flush()
+    return Enqueued(count, first, last)
+
+
+class _Writer(DataSourceWriter):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        _prepare_queue(options)
+
+    def write(self, iterator: Iterator[Row]) -> Enqueued:
+        return _write_rows(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.count for m in messages if isinstance(m, Enqueued))
+        log.info("enqueued %d rows into queue %r", total, self.options.queue)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = sum(m.count for m in messages if isinstance(m, Enqueued))
+        log.error(
+            "write to queue %r failed; %d rows from successful tasks stay enqueued", self.options.queue, done
+        )
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        _prepare_queue(options)
+
+    def write(self, iterator: Iterator[Row]) -> Enqueued:
+        return _write_rows(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = sum(m.count for m in messages if isinstance(m, Enqueued))
+        log.info("micro-batch %d: enqueued %d rows into queue %r", batchId, total, self.options.queue)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.error(
+            "micro-batch %d to queue %r failed; rows already enqueued stay", batchId, self.options.queue
+        )
+
+
+class LargeQueueDataSource(DataSource):
+    """``spark.read.format("large_queue")`` and friends; see the package docs for options."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "large_queue"
+
+    def schema(self) -> str:
+        """``queue``, ``offset``, ``value`` (JSON text or msgpack bytes) and ``enqueued_at``."""
+        return BINARY_SCHEMA if SourceOptions.parse(self.options).value_format == "binary" else JSON_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader over one snapshot of the queue."""
+        return _BatchReader(SourceOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming reader whose offsets are queue offsets."""
+        return _StreamReader(SourceOptions.parse(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer that enqueues rows."""
+        if overwrite:
+            raise errors.InvalidArgumentError(
+                "large_queue supports mode('append') only: a queue is not overwritten"
+            )
+        return _Writer(SourceOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming writer that enqueues each micro-batch."""
+        return _StreamWriter(SourceOptions.parse(self.options))

@@ -1,0 +1,212 @@
+"""The Spark connector on a local session: batch and streaming reads, writes, bad options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from large_queue import Queue, connect
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"embedded://{tmp_path}/spark.db"
+
+
+def reader(spark: Any, url: str, queue: str, **options: object) -> Any:
+    read = spark.read.format("large_queue").option("url", url).option("queue", queue)
+    for key, value in options.items():
+        read = read.option(key, str(value))
+    return read
+
+
+def test_batch_read_across_records_and_laps(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "events", capacity=20, slots_per_record=3)  # 7 records of 3
+    queue.enqueue_batch([{"n": n} for n in range(15)])
+    queue.dequeue_batch(12)
+    queue.enqueue_batch([{"n": n, "text": f"t{n}"} for n in range(15, 31)])  # wraps: offsets 12..30
+    df = reader(spark, url, "events", minPartitions=3).load()
+    assert df.rdd.getNumPartitions() >= 3
+    rows = df.orderBy("offset").collect()
+    assert [r.offset for r in rows] == list(range(12, 31))
+    assert [json.loads(r.value)["n"] for r in rows] == list(range(12, 31))
+    assert {r.queue for r in rows} == {"events"} and all(r.enqueued_at is not None for r in rows)
+    assert queue.info().size == 19  # reading never dequeues
+
+
+def test_start_end_offsets_and_user_schema(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "events", capacity=50, slots_per_record=4)
+    queue.enqueue_batch([{"id": n, "name": f"n{n}", "tags": ["a", str(n)]} for n in range(30)])
+    df = (
+        reader(spark, url, "events", startingOffsets=5, endingOffsets=17, recordsPerPartition=1)
+        .schema("offset long, id long, name string, tags array<string>, missing string")
+        .load()
+    )
+    rows = df.orderBy("offset").collect()
+    assert [(r.offset, r.id, r.name) for r in rows] == [(n, n, f"n{n}") for n in range(5, 17)]
+    assert rows[0].tags == ["a", "5"] and rows[0].missing is None
+    latest = reader(spark, url, "events", startingOffsets="latest").load()
+    assert latest.count() == 0
+
+
+def test_binary_value_format(spark: Any, url: str) -> None:
+    import msgpack
+
+    queue = Queue.create(connect(url), "events", capacity=10, slots_per_record=5)
+    queue.enqueue_batch([{"b": b"\x00\xff"}, [1, 2.5, None]])
+    rows = reader(spark, url, "events", valueFormat="binary").load().orderBy("offset").collect()
+    assert [msgpack.unpackb(r.value) for r in rows] == [{"b": b"\x00\xff"}, [1, 2.5, None]]
+
+
+def test_offsets_gone_before_planning(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "ring", capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(6))
+    queue.enqueue_batch([100, 101], overwrite_if_full=True)  # head 2: offsets 0 and 1 are gone
+    with pytest.raises(Exception, match=r"offsets 0 to 1 of queue 'ring' are no longer in the queue"):
+        reader(spark, url, "ring", startingOffsets=0).load().collect()
+    lenient = reader(spark, url, "ring", startingOffsets=0, failOnDataLoss="false").load()
+    assert sorted(r.offset for r in lenient.collect()) == list(range(2, 8))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fail_on_data_loss: str) -> None:
+    from pyspark.sql.types import StructType
+
+    from large_queue.spark import LargeQueueDataSource
+
+    queue = Queue.create(connect(url), "ring", capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(6))
+    source = LargeQueueDataSource({"url": url, "queue": "ring", "failOnDataLoss": fail_on_data_loss})
+    planned = source.reader(StructType.fromDDL(source.schema()))  # the driver's snapshot: [0, 6)
+    partitions = planned.partitions()
+    queue.enqueue_batch([100, 101], overwrite_if_full=True)  # then offsets 0 and 1 are overwritten
+    if fail_on_data_loss == "true":
+        with pytest.raises(Exception, match=r"offsets 0 to 1 of queue 'ring' are no longer in the queue"):
+            [batch for p in partitions for batch in planned.read(p)]
+    else:
+        batches = [batch for p in partitions for batch in planned.read(p)]
+        assert sorted(o for b in batches for o in b.column("offset").to_pylist()) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queue": "missing"}, "queue 'missing' does not exist"),
+        ({"queue": "events", "startingOffsets": "soon"}, "must be 'earliest', 'latest' or an offset"),
+        ({"queue": "events", "endingOffsets": 99}, "beyond the tail"),
+        ({"queue": "events", "startingOffsets": 3, "endingOffsets": 2}, "is after endingOffsets"),
+        ({"queue": "events", "valueFormat": "xml"}, "valueFormat='xml' must be one of json, binary"),
+        ({"queue": "events", "minPartitions": 0}, "minPartitions=0 must be at least 1"),
+        ({}, "option 'queue' is required"),
+    ],
+)
+def test_bad_options_fail_at_planning(spark: Any, url: str, options: dict[str, object], message: str) -> None:
+    Queue.create(connect(url), "events", capacity=10, slots_per_record=5).enqueue_batch(range(4))
+    read = spark.read.format("large_queue").option("url", url)
+    for key, value in options.items():
+        read = read.option(key, str(value))
+    with pytest.raises(Exception, match=message):
+        read.load().collect()
+
+
+def _stream(
+    spark: Any, url: str, queue: str, checkpoint: Path, batches: list[list[int]], **options: object
+) -> None:
+    stream = spark.readStream.format("large_queue").option("url", url).option("queue", queue)
+    for key, value in options.items():
+        stream = stream.option(key, str(value))
+
+    def collect(frame: Any, batch_id: int) -> None:
+        batches.append(sorted(r.offset for r in frame.select("offset").collect()))
+
+    query = (
+        stream.load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    if query.exception():
+        raise RuntimeError(str(query.exception()))
+
+
+def test_streaming_micro_batches_and_restart_from_checkpoint(spark: Any, url: str, tmp_path: Path) -> None:
+    queue = Queue.create(connect(url), "events", capacity=100, slots_per_record=7)
+    queue.enqueue_batch(range(50))
+    batches: list[list[int]] = []
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches, maxOffsetsPerTrigger=20)
+    assert [b for b in batches if b] == [list(range(0, 20)), list(range(20, 40)), list(range(40, 50))]
+    queue.enqueue_batch(range(50, 65))
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches, maxOffsetsPerTrigger=20)
+    delivered = [o for b in batches for o in b]
+    assert delivered == list(range(65)), "an offset was skipped or repeated across the restart"
+
+
+def test_streaming_data_loss_both_ways(spark: Any, url: str, tmp_path: Path) -> None:
+    queue = Queue.create(connect(url), "ring", capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(4))
+    batches: list[list[int]] = []
+    _stream(spark, url, "ring", tmp_path / "strict", batches)
+    _stream(spark, url, "ring", tmp_path / "lenient", batches, failOnDataLoss="false")
+    queue.enqueue_batch(range(5), overwrite_if_full=True)
+    queue.enqueue_batch(range(5), overwrite_if_full=True)  # tail 14, head 8: offsets 4..7 are gone
+    with pytest.raises(Exception, match=r"offsets 4 to 7 of queue 'ring' are no longer in the queue"):
+        _stream(spark, url, "ring", tmp_path / "strict", batches)
+    batches.clear()
+    _stream(spark, url, "ring", tmp_path / "lenient", batches, failOnDataLoss="false")
+    assert [b for b in batches if b] == [list(range(8, 14))]  # resumed at the head, no empty batches
+
+
+def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: Path) -> None:
+    frame = spark.createDataFrame([(1, "a", [1, 2]), (2, "b", [])], "k long, v string, xs array<long>")
+    (
+        frame.write.format("large_queue")
+        .option("url", url)
+        .option("queue", "out")
+        .option("createIfMissing", "true")
+        .option("capacity", "40")
+        .option("batchSize", "1")
+        .mode("append")
+        .save()
+    )
+    back = reader(spark, url, "out").schema("k long, v string, xs array<long>").load().orderBy("k").collect()
+    assert [(r.k, r.v, r.xs) for r in back] == [(1, "a", [1, 2]), (2, "b", [])]
+    values = spark.createDataFrame([("x",), ("y",)], "value string")
+    values.write.format("large_queue").option("url", url).option("queue", "out").mode("append").save()
+    assert sorted(
+        json.loads(r.value) for r in reader(spark, url, "out", startingOffsets=2).load().collect()
+    ) == ["x", "y"]
+    copy = (
+        spark.readStream.format("large_queue")
+        .option("url", url)
+        .option("queue", "out")
+        .load()
+        .selectExpr("value")
+        .writeStream.format("large_queue")
+        .option("url", url)
+        .option("queue", "copy")
+        .option("valueFormat", "json")
+        .option("createIfMissing", "true")
+        .option("capacity", "40")
+        .option("checkpointLocation", str(tmp_path / "sink"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    copy.awaitTermination(120)
+    copied = [e.value for e in Queue.open(connect(url), "copy").dequeue_batch(40)]
+    originals = [json.loads(r.value) for r in reader(spark, url, "out").load().orderBy("offset").collect()]
+    assert sorted(map(json.dumps, copied)) == sorted(map(json.dumps, originals)), (
+        "the copy lost or repeated entries"
+    )
+    with pytest.raises(Exception, match="needs option 'capacity'"):
+        frame.write.format("large_queue").option("url", url).option("queue", "new").option(
+            "createIfMissing", "true"
+        ).mode("append").save()
+    with pytest.raises(Exception, match="append"):
+        frame.write.format("large_queue").option("url", url).option("queue", "out").mode("overwrite").save()

@@ -82,6 +82,11 @@ def _bench(args: argparse.Namespace) -> None:
     from large_queue import _bench
 
     url = args.url or os.environ.get("LARGE_QUEUE_URL")
+    if args.spark:
+        from large_queue.spark import _bench as spark_bench
+
+        spark_bench.run(url, entries=args.entries)
+        return
     with tempfile.TemporaryDirectory() as directory:
         url = url or f"embedded://{directory}/bench.db"
         for line in _bench.run(
@@ -160,6 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=100)
     bench.add_argument("--processes", type=int, default=4)
     bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument(
+        "--spark", action="store_true", help="rows/s reading a queue into Spark, against Parquet"
+    )
+    bench.add_argument("--entries", type=int, default=1_000_000, help="queue size for --spark")
     return parser
 
 

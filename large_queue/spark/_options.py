@@ -14,7 +14,7 @@ from large_queue import errors
 from large_queue._records import QueueShape
 
 VALUE_FORMATS = ("json", "binary")
-DEFAULT_RECORDS_PER_PARTITION = 64
+MAX_ENTRIES_PER_PARTITION = 250_000
 
 
 def _integer(options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0) -> int | None:
@@ -146,17 +146,20 @@ def data_loss(queue: str, start: int, stop: int) -> errors.QueueError:
 def segments(
     shape: QueueShape, start: int, end: int, *, min_partitions: int, records_per_partition: int | None
 ) -> list[tuple[int, int]]:
-    """Split [start, end) into ranges of whole buffer records (the first and last may be partial)."""
+    """Split [start, end) into ranges of whole buffer records (the first and last may be partial).
+
+    By default there are ``min_partitions`` ranges, none over
+    ``MAX_ENTRIES_PER_PARTITION`` entries: a Python task has a fixed start-up
+    cost, so fewer, larger segments read faster.
+    """
     if start >= end:
         return []
     first_block = start // shape.slots_per_record
     last_block = (end - 1) // shape.slots_per_record
     blocks = last_block - first_block + 1
-    per_partition = records_per_partition or max(
-        1, min(DEFAULT_RECORDS_PER_PARTITION, math.ceil(blocks / min_partitions))
+    per_partition = records_per_partition or min(
+        math.ceil(blocks / min_partitions), max(1, MAX_ENTRIES_PER_PARTITION // shape.slots_per_record)
     )
-    if records_per_partition is None:
-        per_partition = min(per_partition, math.ceil(blocks / min_partitions))
     ranges = []
     for block in range(first_block, last_block + 1, per_partition):
         lo = max(start, block * shape.slots_per_record)

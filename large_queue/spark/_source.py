@@ -56,7 +56,7 @@ log = logging.getLogger("large_queue.spark")
 JSON_SCHEMA = "queue string, offset long, value string, enqueued_at timestamp"
 BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
 META_COLUMNS = ("queue", "offset", "enqueued_at", "value")
-RECORDS_PER_BATCH_GET = 32
+RECORDS_PER_BATCH_GET = 100
 FULL_QUEUE_WAIT_SECONDS = 60.0
 
 _stores: dict[tuple[int, str | None], Backend] = {}
@@ -112,14 +112,23 @@ def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) 
             slots = record.bins.get(rec.SLOTS) if record is not None else None
             lo = max(segment.start, block * shape.slots_per_record)
             hi = min(segment.stop, (block + 1) * shape.slots_per_record)
-            for offset in range(lo, hi):
-                slot = slots[offset % shape.slots_per_record] if isinstance(slots, list) else None
+            if not isinstance(slots, list):
+                lost.extend(range(lo, hi))
+                continue
+            first = lo % shape.slots_per_record
+            window = slots[first : first + hi - lo]
+            if all(slot is not None and slot[0] == offset for slot, offset in zip(window, range(lo, hi))):
+                offsets.extend(range(lo, hi))  # the common case: every slot holds its entry
+                values.extend([slot[1] for slot in window])
+                times.extend([slot[2] for slot in window])
+                continue
+            for slot, offset in zip(window, range(lo, hi)):
                 if slot is None or slot[0] != offset:
                     lost.append(offset)
-                    continue
-                offsets.append(offset)
-                values.append(slot[1])
-                times.append(slot[2])
+                else:
+                    offsets.append(offset)
+                    values.append(slot[1])
+                    times.append(slot[2])
         if lost and options.fail_on_data_loss:
             raise data_loss(options.queue, lost[0], lost[-1] + 1)
         if offsets:

@@ -8,6 +8,7 @@ record never exceeds the store's record size limit.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,3 +70,10 @@ def check_entries(entries: Iterable[Any], limit_bytes: int) -> list[Any]:
             )
         checked.append(entry)
     return checked
+
+
+def bytes_as_json(value: Any) -> Any:
+    """JSON ``default`` hook: bytes become ``{"$bytes": base64}``; anything else is refused."""
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

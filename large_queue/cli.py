@@ -19,7 +19,6 @@ The store comes from ``--url`` or ``LARGE_QUEUE_URL`` (see
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import dataclasses
 import json
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from large_queue import errors
+from large_queue._entries import bytes_as_json
 from large_queue.backends import connect
 from large_queue.queue import Entry, Queue
 
@@ -37,9 +37,7 @@ from large_queue.queue import Entry, Queue
 def _json_default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return bytes_as_json(value)
 
 
 def _print(value: Any) -> None:

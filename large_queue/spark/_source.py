@@ -12,7 +12,6 @@ unpicklable travels with the reader or the writer.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import datetime
@@ -47,6 +46,7 @@ from pyspark.sql.types import StructType
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._entries import bytes_as_json
 from large_queue.backends import Backend, connect
 from large_queue.queue import Queue
 from large_queue.spark._options import SourceOptions, check_range, data_loss, resolve, segments
@@ -82,14 +82,8 @@ class Segment(InputPartition):
     stop: int
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def _encode_json(value: Any) -> bytes:
-    return orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    return orjson.dumps(value, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) -> Iterator[pa.RecordBatch]:
@@ -117,12 +111,15 @@ def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) 
                 continue
             first = lo % shape.slots_per_record
             window = slots[first : first + hi - lo]
-            if all(slot is not None and slot[0] == offset for slot, offset in zip(window, range(lo, hi))):
+            if all(
+                slot is not None and slot[0] == offset
+                for slot, offset in zip(window, range(lo, hi), strict=True)
+            ):
                 offsets.extend(range(lo, hi))  # the common case: every slot holds its entry
                 values.extend([slot[1] for slot in window])
                 times.extend([slot[2] for slot in window])
                 continue
-            for slot, offset in zip(window, range(lo, hi)):
+            for slot, offset in zip(window, range(lo, hi), strict=True):
                 if slot is None or slot[0] != offset:
                     lost.append(offset)
                 else:

@@ -156,7 +156,9 @@ def _check_history(events: list[dict[str, Any]], produced: int) -> dict[str, int
         elif event["kind"] == "delivered":
             assert event["offset"] not in acked_so_far, f"acked offset {event['offset']} delivered again"
             redeliveries += event["count"] > 1
-    return {"epochs": len(owners_by_epoch), "redeliveries": redeliveries}
+    figures = {"epochs": len(owners_by_epoch), "redeliveries": redeliveries, "acked": len(acked)}
+    print(f"ownership history: {figures}")
+    return figures
 
 
 def test_nodes_share_a_queue_one_owner_at_a_time(tmp_path: Path) -> None:

@@ -108,3 +108,20 @@ def test_call_classification() -> None:
     assert Call("operate", metadata, (Write("lock_owner", "t"), Increment("fence_ctr", 1))).is_acquire
     assert Call("operate", metadata, (Write("lock_owner", ""),)).is_commit
     assert Call("operate", RecordKey("test", "q", "queue-buffer-3")).is_buffer
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_owner_writes_of_the_cluster_shim_survive_timeouts(store: Store, applied: bool) -> None:
+    queue = store.new_queue(capacity=20, slots_per_record=5)
+    queue.enqueue_batch(range(8))
+    backend = FaultInjectingBackend(store.backend)
+    shared = Queue.open(backend, queue.name)
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        owner_write = lambda call: call.key.user_key == "queue-owner" and call.method == "operate"  # noqa: E731
+        backend.inject(owner_write, applied=applied)
+        messages = consumer.receive(5)
+        assert [m.value for m in messages] == [0, 1, 2, 3, 4]
+        backend.inject(owner_write, applied=applied)
+        consumer.ack(messages)
+        assert [e.value for e in consumer.dequeue(5)] == [5, 6, 7]
+        assert backend.injected == 2

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
+from large_queue._guarded import guarded_write
 from large_queue.backends import Read, ReadSinceUpdate, RecordKey, Write, WriteMode
 from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, eq, gt
 from large_queue.queue import Queue
@@ -240,13 +241,22 @@ class Ownership:
         return all_of(eq(StrBin(OWNER), self.node_id), eq(IntBin(EPOCH), epoch))
 
     def _owner_write(self, epoch: int, operations: list[Any]) -> None:
-        try:
-            self.backend.operate(self.owner_key, operations, condition=self._mine(epoch))
-        except errors.ConditionNotMetError:
-            raise errors.OwnershipLostError(
+        guarded_write(
+            self.backend,
+            self.owner_key,
+            operations,
+            self._mine(epoch),
+            lost=lambda: errors.OwnershipLostError(
                 f"node {self.node_id!r} no longer owns queue {self.queue.name!r} (epoch {epoch} is over);"
                 " its unacked entries go to the new owner",
                 queue=self.queue.name,
                 node_id=self.node_id,
                 epoch=epoch,
-            ) from None
+            ),
+            unknown=lambda cause: errors.OutcomeUnknownError(
+                f"an owner write of node {self.node_id!r} on queue {self.queue.name!r} timed out and may or"
+                f" may not have been applied; it was not repeated blindly ({cause})",
+                queue=self.queue.name,
+                stage=f"owner write at epoch {epoch}",
+            ),
+        )

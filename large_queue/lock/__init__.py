@@ -34,6 +34,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from large_queue import errors
+from large_queue._guarded import guarded_write
 from large_queue._records import (
     FENCE_COUNTER,
     FENCE_EPOCH,
@@ -77,10 +78,6 @@ class LockGrant:
     head: int
     tail: int
     acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
-
-
-#: tries of a guarded (idempotent) metadata write that times out
-GUARDED_ATTEMPTS = 3
 
 
 class _Busy(Exception):
@@ -213,37 +210,24 @@ class QueueLock:
     def _guarded(
         self, grant: LockGrant, operations: list[Operation], what: str, known: dict[str, Any] | None = None
     ) -> None:
-        """Write to the metadata record only while ``grant`` holds the lock.
+        """Write to the metadata record only while ``grant`` holds the lock (see :mod:`large_queue._guarded`).
 
-        Every guarded write sets absolute values, so a timed-out attempt is
-        repeated (up to ``GUARDED_ATTEMPTS`` in all): applying it twice
-        changes nothing, and the guard stops it once the lock is gone. If an
-        attempt was in doubt and a later one finds the lock gone, nobody can
-        tell whether the first applied: ``OutcomeUnknownError`` says so, with
-        ``known`` (offsets, entries) attached.
+        ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``.
         """
-        in_doubt: errors.BackendTimeoutError | None = None
-        for attempt in range(GUARDED_ATTEMPTS):
-            try:
-                self.backend.operate(self.keys.metadata, operations, condition=self.held_by(grant))
-                return
-            except errors.BackendTimeoutError as exc:
-                if exc.in_doubt:
-                    in_doubt = exc
-                if attempt + 1 == GUARDED_ATTEMPTS:
-                    if in_doubt is None:
-                        raise
-                    raise self._unknown(grant, what, known, in_doubt) from exc
-            except errors.ConditionNotMetError:
-                if in_doubt is not None:
-                    raise self._unknown(grant, what, known, in_doubt) from in_doubt
-                raise errors.LockLostError(
-                    f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
-                    f" (token {grant.token}) before {what}: it expired and was broken;"
-                    " nothing was committed",
-                    queue=self.keys.name,
-                    txn_id=grant.txn_id,
-                ) from None
+        guarded_write(
+            self.backend,
+            self.keys.metadata,
+            operations,
+            self.held_by(grant),
+            lost=lambda: errors.LockLostError(
+                f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+                f" (token {grant.token}) before {what}: it expired and was broken;"
+                " nothing was committed",
+                queue=self.keys.name,
+                txn_id=grant.txn_id,
+            ),
+            unknown=lambda cause: self._unknown(grant, what, known, cause),
+        )
 
     def _unknown(
         self, grant: LockGrant, what: str, known: dict[str, Any] | None, cause: errors.BackendTimeoutError

@@ -17,11 +17,12 @@ next dequeue from its record or until its slot is reused.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -517,28 +518,21 @@ class Queue:
                     raise
         raise AssertionError("BUFFER_ATTEMPTS must be positive")
 
-    def _releasing_on_error(self, grant: LockGrant) -> _ReleaseOnError:
-        return _ReleaseOnError(self.lock, grant)
+    @contextlib.contextmanager
+    def _releasing_on_error(self, grant: LockGrant) -> Iterator[None]:
+        """Release the lock if the body fails before its commit, so others need not wait the TTL.
 
-
-class _ReleaseOnError:
-    """Release the lock if the body fails before its commit, so others need not wait the TTL.
-
-    Not after an in-doubt commit: releasing then could turn "maybe applied"
-    into a wrong answer for nobody's benefit; that lock simply expires.
-    """
-
-    def __init__(self, lock: QueueLock, grant: LockGrant) -> None:
-        self._lock = lock
-        self._grant = grant
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc_type is None or isinstance(exc, (errors.LockLostError, errors.OutcomeUnknownError)):
-            return
+        Not after a lost lock (nothing to release) nor an in-doubt commit:
+        releasing then could turn "maybe applied" into a wrong answer for
+        nobody's benefit; that lock simply expires.
+        """
         try:
-            self._lock.release(self._grant)
-        except errors.LargeQueueError:
-            log.debug("could not release the lock after an error", exc_info=True)
+            yield
+        except (errors.LockLostError, errors.OutcomeUnknownError):
+            raise
+        except BaseException:
+            try:
+                self.lock.release(grant)
+            except errors.LargeQueueError:
+                log.debug("could not release the lock after an error", exc_info=True)
+            raise

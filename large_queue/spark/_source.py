@@ -216,12 +216,14 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: int | None = None
         _open(options)  # planning time: a missing queue fails here
 
-    def _bounds(self) -> tuple[int, int]:
-        info = _open(self.options).info()
-        return info.head_offset, info.tail_offset
+    def _bounds(self) -> tuple[Queue, int, int]:
+        """The queue, and its head and tail now."""
+        queue = _open(self.options)
+        info = queue.info()
+        return queue, info.head_offset, info.tail_offset
 
     def initialOffset(self) -> dict[str, int]:
-        head, tail = self._bounds()
+        _, head, tail = self._bounds()
         start = resolve(self.options.starting, head, tail)
         if start < head:
             if self.options.fail_on_data_loss:
@@ -245,7 +247,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return head
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        head, tail = self._bounds()
+        _, head, tail = self._bounds()
         begin = self._begin(start["offset"], head)
         end = tail if self.target is None else min(tail, max(self.target, begin))
         if isinstance(limit, ReadMaxRows):
@@ -253,15 +255,14 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": max(end, begin)}
 
     def reportLatestOffset(self) -> dict[str, int]:
-        return {"offset": self._bounds()[1]}
+        return {"offset": self._bounds()[2]}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self._bounds()[1]
+        self.target = self._bounds()[2]
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        head, _ = self._bounds()
+        queue, head, _ = self._bounds()
         begin = self._begin(start["offset"], head)
-        queue = _open(self.options)
         planned = segments(
             queue.shape,
             begin,

@@ -12,7 +12,7 @@ import base64
 from collections.abc import Iterable
 from typing import Any
 
-import msgpack
+import msgspec
 
 from large_queue import errors
 
@@ -21,6 +21,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SLOT_OVERHEAD_BYTES = 24
 # bytes a buffer record needs besides its slots: bins, fencing marks, headers
 RECORD_OVERHEAD_BYTES = 4096
+
+_ENCODER = msgspec.msgpack.Encoder()
 
 
 def max_entry_bytes(record_size_limit: int, slots_per_record: int) -> int:
@@ -60,7 +62,7 @@ def check_entries(entries: Iterable[Any], limit_bytes: int) -> list[Any]:
     checked = []
     for index, entry in enumerate(entries):
         _check_value(entry, f"entry {index}")
-        size = len(msgpack.packb(entry, use_bin_type=True))
+        size = len(_ENCODER.encode(entry))
         if size > limit_bytes:
             raise errors.EntryTooLargeError(
                 f"entry {index} is {size} bytes encoded; this queue's slots hold at most"

@@ -91,6 +91,19 @@ def test_batch_get_reports_missing_records(store: Store, key: RecordKey) -> None
     assert backend.commands - before == 1
 
 
+def test_batch_get_keeps_order_across_sets_and_skips_expired(store: Store, key: RecordKey) -> None:
+    store.skip_if_lacking("movable_clock")
+    backend = store.backend
+    keys = [RecordKey("test", f"backend-tests-{n % 3}", f"{key.user_key}-{n}") for n in range(700)]
+    for n, each in enumerate(keys):
+        backend.put(each, {"n": n}, ttl=5 if n % 7 == 0 else None)
+    store.advance(6)
+    records = backend.batch_get(list(reversed(keys)))
+    assert [r.bins["n"] if r else None for r in records] == [
+        None if n % 7 == 0 else n for n in reversed(range(700))
+    ]
+
+
 def test_records_expire_after_their_ttl(store: Store, key: RecordKey) -> None:
     store.skip_if_lacking("movable_clock")
     store.backend.put(key, {"v": 1}, ttl=10)

@@ -55,12 +55,12 @@ def test_start_end_offsets_and_user_schema(spark: Any, url: str) -> None:
 
 
 def test_binary_value_format(spark: Any, url: str) -> None:
-    import msgpack
+    import msgspec
 
     queue = Queue.create(connect(url), "events", capacity=10, slots_per_record=5)
     queue.enqueue_batch([{"b": b"\x00\xff"}, [1, 2.5, None]])
     rows = reader(spark, url, "events", valueFormat="binary").load().orderBy("offset").collect()
-    assert [msgpack.unpackb(r.value) for r in rows] == [{"b": b"\x00\xff"}, [1, 2.5, None]]
+    assert [msgspec.msgpack.decode(r.value) for r in rows] == [{"b": b"\x00\xff"}, [1, 2.5, None]]
 
 
 def test_offsets_gone_before_planning(spark: Any, url: str) -> None:

@@ -14,7 +14,7 @@ from large_queue import errors
 from large_queue._records import QueueShape
 
 VALUE_FORMATS = ("json", "binary")
-MAX_ENTRIES_PER_PARTITION = 250_000
+MAX_ENTRIES_PER_PARTITION = 500_000
 
 
 def _integer(options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0) -> int | None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgpack
+import msgspec
 import orjson
 import pyarrow as pa
 from pyspark.sql import Row
@@ -35,7 +35,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -44,19 +43,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from large_queue import _records as rec
 from large_queue import errors
-from large_queue._entries import bytes_as_json
 from large_queue.backends import Backend, connect
 from large_queue.queue import Queue
+from large_queue.spark._arrow import read_segment
 from large_queue.spark._options import SourceOptions, check_range, data_loss, resolve, segments
 
 log = logging.getLogger("large_queue.spark")
 
 JSON_SCHEMA = "queue string, offset long, value string, enqueued_at timestamp"
 BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
-META_COLUMNS = ("queue", "offset", "enqueued_at", "value")
-RECORDS_PER_BATCH_GET = 100
 FULL_QUEUE_WAIT_SECONDS = 60.0
 
 _stores: dict[tuple[int, str | None], Backend] = {}
@@ -82,103 +78,17 @@ class Segment(InputPartition):
     stop: int
 
 
-def _encode_json(value: Any) -> bytes:
-    return orjson.dumps(value, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
-
-
 def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) -> Iterator[pa.RecordBatch]:
     """Read one segment with batch gets; yield Arrow record batches."""
-    queue = _open(options)
-    shape = queue.shape
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    first_block = segment.start // shape.slots_per_record
-    last_block = (segment.stop - 1) // shape.slots_per_record
-    lost: list[int] = []
-    for chunk_start in range(first_block, last_block + 1, RECORDS_PER_BATCH_GET):
-        blocks = range(chunk_start, min(chunk_start + RECORDS_PER_BATCH_GET, last_block + 1))
-        records = queue.backend.batch_get(
-            [queue.keys.buffer(shape.record_of(b * shape.slots_per_record)) for b in blocks]
+    if segment.start < segment.stop:
+        yield from read_segment(
+            _open(options),
+            segment.start,
+            segment.stop,
+            value_format=options.value_format,
+            fail_on_data_loss=options.fail_on_data_loss,
+            schema=schema,
         )
-        offsets: list[int] = []
-        values: list[Any] = []
-        times: list[int] = []
-        for block, record in zip(blocks, records, strict=True):
-            slots = record.bins.get(rec.SLOTS) if record is not None else None
-            lo = max(segment.start, block * shape.slots_per_record)
-            hi = min(segment.stop, (block + 1) * shape.slots_per_record)
-            if not isinstance(slots, list):
-                lost.extend(range(lo, hi))
-                continue
-            first = lo % shape.slots_per_record
-            window = slots[first : first + hi - lo]
-            if all(
-                slot is not None and slot[0] == offset
-                for slot, offset in zip(window, range(lo, hi), strict=True)
-            ):
-                offsets.extend(range(lo, hi))  # the common case: every slot holds its entry
-                values.extend([slot[1] for slot in window])
-                times.extend([slot[2] for slot in window])
-                continue
-            for slot, offset in zip(window, range(lo, hi), strict=True):
-                if slot is None or slot[0] != offset:
-                    lost.append(offset)
-                else:
-                    offsets.append(offset)
-                    values.append(slot[1])
-                    times.append(slot[2])
-        if lost and options.fail_on_data_loss:
-            raise data_loss(options.queue, lost[0], lost[-1] + 1)
-        if offsets:
-            yield _batch(options, schema, arrow_schema, offsets, values, times)
-    if lost:
-        log.warning(
-            "queue %r: skipped %d entries no longer in the queue (%d..%d)",
-            options.queue,
-            len(lost),
-            lost[0],
-            lost[-1],
-        )
-
-
-def _batch(
-    options: SourceOptions,
-    schema: StructType,
-    arrow_schema: pa.Schema,
-    offsets: list[int],
-    values: list[Any],
-    times: list[int],
-) -> pa.RecordBatch:
-    columns: dict[str, pa.Array] = {}
-    names = schema.fieldNames()
-    if "queue" in names:
-        columns["queue"] = pa.array([options.queue] * len(offsets), pa.string())
-    if "offset" in names:
-        columns["offset"] = pa.array(offsets, pa.int64())
-    if "enqueued_at" in names:
-        columns["enqueued_at"] = (
-            pa.array(times, pa.int64()).cast(pa.timestamp("ms")).cast(arrow_schema.field("enqueued_at").type)
-        )
-    if "value" in names:
-        if options.value_format == "binary":
-            columns["value"] = pa.array([msgpack.packb(v, use_bin_type=True) for v in values], pa.binary())
-        else:
-            columns["value"] = pa.array([_encode_json(v) for v in values], pa.binary()).cast(pa.string())
-    others = [name for name in names if name not in META_COLUMNS]
-    if others:
-        rows = [v if isinstance(v, dict) else {} for v in values]
-        try:
-            parsed = pa.RecordBatch.from_pylist(
-                [{name: row.get(name) for name in others} for row in rows],
-                schema=pa.schema([arrow_schema.field(name) for name in others]),
-            )
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-            raise errors.InvalidArgumentError(
-                f"entries of queue {options.queue!r} (offsets {offsets[0]}..{offsets[-1]}) do not fit the"
-                f" given schema: {exc}"
-            ) from None
-        for name in others:
-            columns[name] = parsed.column(name)
-    return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=arrow_schema)
 
 
 class _BatchReader(DataSourceReader):
@@ -205,8 +115,7 @@ class _BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Segment)
-        if partition.start < partition.stop:
-            yield from _read_segment(self.options, self.schema, partition)
+        return _read_segment(self.options, self.schema, partition)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -274,8 +183,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Segment)
-        if partition.start < partition.stop:
-            yield from _read_segment(self.options, self.schema, partition)
+        return _read_segment(self.options, self.schema, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: reading never dequeues."""
@@ -321,8 +229,8 @@ def _entry(options: SourceOptions, row: Row) -> Any:
     value = row["value"]
     if options.value_format_given and value is not None:
         try:
-            return orjson.loads(value) if options.value_format == "json" else msgpack.unpackb(value)
-        except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+            return orjson.loads(value) if options.value_format == "json" else msgspec.msgpack.decode(value)
+        except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
             raise errors.InvalidArgumentError(
                 f"a value is not {options.value_format} as valueFormat says: {exc}"
             ) from None

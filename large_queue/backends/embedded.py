@@ -86,9 +86,9 @@ def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
 
 
 _ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder()
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
 _KEYS_PER_SELECT = 500
-_DECODER = msgspec.msgpack.Decoder()
 
 
 def _pack(bins: dict[str, Any]) -> bytes:

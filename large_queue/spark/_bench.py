@@ -25,9 +25,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from large_queue.backends import connect
 from large_queue.queue import Queue
+from large_queue.spark._source import JSON_SCHEMA
 
 
 def _timed_noop(frame: Any) -> float:
@@ -40,25 +43,20 @@ _TABLES: dict[str, Any] = {}
 
 
 class _FloorReader(DataSourceReader):
-    def __init__(self, path: str, partitions: int) -> None:
+    def __init__(self, path: str, partitions: int, schema: StructType) -> None:
         self.path = path
         self.count = partitions
+        self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(index) for index in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         if self.path not in _TABLES:  # once per worker process; the best run reads from memory
-            columns = [
-                ("queue", pa.string()),
-                ("offset", pa.int64()),
-                ("value", pa.string()),
-                ("enqueued_at", pa.timestamp("us", tz="UTC")),
-            ]
-            _TABLES[self.path] = pq.read_table(self.path).cast(pa.schema(columns)).combine_chunks()
+            arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+            _TABLES[self.path] = pq.read_table(self.path).cast(arrow_schema).combine_chunks()
         table = _TABLES[self.path]
         share = -(-table.num_rows // self.count)
         yield from table.slice(partition.value * share, share).to_batches(max_chunksize=10_000)
@@ -74,11 +72,11 @@ class FloorSource(DataSource):
 
     def schema(self) -> str:
         """The queue source's columns."""
-        return "queue string, offset long, value string, enqueued_at timestamp"
+        return JSON_SCHEMA
 
-    def reader(self, schema: Any) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         """Options ``path`` (a Parquet file) and ``partitions``."""
-        return _FloorReader(self.options["path"], int(self.options["partitions"]))
+        return _FloorReader(self.options["path"], int(self.options["partitions"]), schema)
 
 
 def run(

@@ -26,6 +26,7 @@ import pytest
 from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFoundError
 from large_queue.backends.embedded import EmbeddedBackend
 from large_queue.cluster import OwnershipEvent, ownership_info
+from large_queue.cluster._ownership import Ownership, OwnerState
 
 TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}
 
@@ -262,13 +263,49 @@ def test_handover_follows_node_id_order_in_one_process(tmp_path: Path) -> None:
     for thread in threads:
         thread.start()
     time.sleep(3)
+    stopping_ns = time.time_ns()
     stop.set()
     for thread in threads:
         thread.join()
-    takes = [e.node_id for e in events if e.kind == "take"]
+    # While they stop, a leaving node is rightly skipped: judge the order before that.
+    takes = [e.node_id for e in events if e.kind == "take" and e.at_ns < stopping_ns]
     assert len(takes) >= 4
     following = {"n1": "n2", "n2": "n3", "n3": "n1"}
     assert all(following[x] == y for x, y in itertools.pairwise(takes)), takes
     with pytest.raises(OwnershipLostError):
         stale = Queue.open(backend, "q").consumer("n1", **TIMING)  # type: ignore[arg-type]
         stale.ownership.commit(1, cursor=0, inflight={})
+
+
+def test_handover_during_an_ownership_check_is_not_undone(tmp_path: Path) -> None:
+    """A receive() hands over while the watcher is reading the owner record.
+
+    The watcher must not act on what it read before the hand-over: it would
+    report a second take of an epoch already passed on.
+    """
+    backend = EmbeddedBackend(tmp_path / "s.db")
+    queue = Queue.create(backend, "q", capacity=50, slots_per_record=5)
+    Ownership(queue, "n2", timeout=10).join()  # alive and interested for 10 s: the successor
+    events: list[OwnershipEvent] = []
+    consumer = queue.consumer("n1", time_slice=0.3, timeout=10, poll_interval=0.05, on_event=events.append)
+    read = consumer.ownership.read
+    started = time.monotonic()
+    raced = threading.Event()
+
+    def read_racing_a_receive() -> OwnerState:
+        state = read()
+        if time.monotonic() - started > 0.3 and not raced.is_set():
+            raced.set()
+            time.sleep(0.1)  # the slice is surely over: a receive() now hands over, this read in hand
+            racer = threading.Thread(target=consumer.receive, kwargs={"timeout": 0})
+            racer.start()
+            racer.join(0.5)
+        return state
+
+    consumer.ownership.read = read_racing_a_receive  # type: ignore[method-assign]
+    with consumer:
+        assert raced.wait(5)
+        time.sleep(1.5)  # the read waits up to 0.5 s on the racer; then a few more checks
+        assert not consumer.owning
+    assert [(e.kind, e.epoch) for e in events] == [("take", 1), ("release", 1)]
+    assert ownership_info(queue).owner == "n2"

@@ -333,8 +333,14 @@ class Consumer:
 
     def _tick(self) -> None:
         self.ownership.heartbeat(interested=True)
-        state = self.ownership.read()
         with self._lock:
+            # Read under the lock. Read before it, the state could predate a hand-over
+            # that a receive() made meanwhile:
+            #   t=0  tick reads owner=A, epoch 6
+            #   t=1  receive() (holding the lock) hands over: owner=B, epoch 7
+            #   t=2  tick takes the lock, sees owner=A but not owning, "becomes" owner
+            #        at epoch 6 again; its writes are refused, yet it reports a take.
+            state = self.ownership.read()
             if state.owner == self.node_id:
                 if not self._owning or self._epoch != state.epoch:
                     self._become_owner(state)

@@ -1,0 +1,42 @@
+"""``large-queue bench`` measures what it claims: round trips per call and exact accounting.
+
+Its rates depend on the machine and are not checked here; its round-trip
+counts are exact and are the issue's targets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from large_queue import _bench
+
+
+def test_bench_counts_round_trips_and_accounts_for_every_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_bench, "CONCURRENT_ROUNDS", 1)
+    report = _bench.measure(
+        f"embedded://{tmp_path}/bench.db",
+        operations=50,
+        batches=5,
+        batch_size=20,
+        processes=2,
+        progress=False,
+    )
+    per_call = {figure.name: figure.round_trips_per_call for figure in report.figures}
+    assert report.raw.round_trips_per_call == 1
+    assert per_call["enqueue (single)"] == 3
+    assert per_call["dequeue (single)"] == 3
+    # 2 + the buffer records touched: batches of 20 in records of 100 slots touch one or two.
+    assert 3 <= per_call["enqueue (batches of 20)"] <= 4
+    assert 3 <= per_call["dequeue (batches of 20)"] <= 4
+    assert 2 <= per_call["owner dequeue (single, no lock)"] < 2.1
+    assert report.one.round_trips_per_call == 3
+    assert report.one.operations == report.many.operations == 400
+    assert report.many.round_trips_per_call >= 3  # plus refused lock attempts
+    assert report.exactly_once
+    assert len(report.ratios) == 1
+    assert report.lines()[-1].startswith("2 producers vs 1: aggregate")
+    assert report.lines()[-1].endswith("every entry exactly once: True")

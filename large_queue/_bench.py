@@ -273,8 +273,3 @@ def measure(
         ratios=[ratio for ratio, *_ in rounds],
         exactly_once=all(exact for *_, exact in rounds),
     )
-
-
-def run(url: str, **options: Any) -> list[str]:
-    """Measure (see :func:`measure` for the options) and return the report's lines."""
-    return measure(url, **options).lines()

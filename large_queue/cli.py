@@ -87,14 +87,14 @@ def _bench(args: argparse.Namespace) -> None:
         return
     with tempfile.TemporaryDirectory() as directory:
         url = url or f"embedded://{directory}/bench.db"
-        for line in _bench.run(
+        for line in _bench.measure(
             url,
             operations=args.operations,
             batches=args.batches,
             batch_size=args.batch_size,
             processes=args.processes,
             progress=not args.no_progress,
-        ):
+        ).lines():
             print(line)
 
 

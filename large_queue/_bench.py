@@ -213,7 +213,9 @@ def measure(
     """Run every measurement on the store at ``url``."""
     backend = connect(url)
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    capacity = max(operations, batches * batch_size)
+    # Room for the largest fill, plus the owner's acked entries still below the
+    # queue's head (the shim moves the head in steps, not at every ack).
+    capacity = max(operations, batches * batch_size) + operations
     queue = Queue.create(backend, name, capacity=capacity, slots_per_record=100)
     try:
         raw = _raw_commands(backend, operations, progress)

@@ -40,3 +40,21 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert len(report.ratios) == 1
     assert report.lines()[-1].startswith("2 producers vs 1: aggregate")
     assert report.lines()[-1].endswith("every entry exactly once: True")
+
+
+def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 60 owner dequeues move the head in steps of 25, to 50: 10 slots stay taken
+    # when the owner's batches then refill the queue.
+    monkeypatch.setattr(_bench, "CONCURRENT_ROUNDS", 1)
+    report = _bench.measure(
+        f"embedded://{tmp_path}/bench.db",
+        operations=60,
+        batches=4,
+        batch_size=25,
+        processes=2,
+        progress=False,
+    )
+    assert {figure.name for figure in report.figures} >= {"owner receive + ack (batches of 25)"}
+    assert report.exactly_once

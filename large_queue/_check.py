@@ -17,6 +17,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._entries import decode_entry
 from large_queue.backends import Backend, WriteMode, connect
 
 BATCH = 200
@@ -117,6 +118,11 @@ def _check_buffers(
                     report.problems.append(
                         f"{where} slot {position} holds offset {slot[0]}, which belongs elsewhere"
                     )
+                else:
+                    try:
+                        decode_entry(metadata.encoding, slot[1])
+                    except ValueError as exc:
+                        report.problems.append(f"{where} slot {position} holds no valid entry: {exc}")
     missing = []
     for offset in range(metadata.head, metadata.tail):
         slots = slots_by_record.get(shape.record_of(offset))

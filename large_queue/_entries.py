@@ -1,18 +1,30 @@
-"""Checking entries before anything is written.
+"""Checking entries before anything is written, and how a queue stores them.
 
 An entry must be made of Aerospike-native values: None, bool, int (signed 64
 bit), float, str, bytes, and lists and dicts of those (dict keys: str, int or
 bytes). Each entry must also fit one slot of its buffer record, so a full
 record never exceeds the store's record size limit.
+
+A queue keeps its entries in one of two encodings, chosen when it is created:
+
+- ``native`` (the default): each entry is stored as the store's own values
+  (Aerospike lists, maps, strings...), any of the types above.
+- ``json``: each entry is stored as its JSON text, in a bytes value. Only
+  JSON's types are accepted (no bytes, string keys only, finite floats).
+  Dequeuers get the same Python values back; what changes is that a reader
+  who wants JSON (the Spark connector's ``value`` column) takes the stored
+  text as it is, instead of decoding every entry and writing it out again.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+import orjson
 
 from large_queue import errors
 
@@ -30,8 +42,15 @@ def max_entry_bytes(record_size_limit: int, slots_per_record: int) -> int:
     return (record_size_limit - RECORD_OVERHEAD_BYTES) // slots_per_record - SLOT_OVERHEAD_BYTES
 
 
-def _check_value(value: Any, path: str) -> None:
+def _check_value(value: Any, path: str, as_json: bool) -> None:
     kind = type(value)
+    if as_json and kind in (bytes, bytearray):
+        raise errors.UnsupportedEntryError(
+            f"{path} is {kind.__name__}, which JSON cannot hold; this queue stores entries as JSON"
+            " (create it with encoding='native' to keep bytes)"
+        )
+    if kind is float and as_json and not math.isfinite(value):
+        raise errors.UnsupportedEntryError(f"{path} = {value}, which JSON cannot hold")
     if value is None or kind in (bool, float, str, bytes, bytearray):
         return
     if kind is int:
@@ -40,15 +59,17 @@ def _check_value(value: Any, path: str) -> None:
         return
     if kind is list:
         for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]")
+            _check_value(item, f"{path}[{index}]", as_json)
         return
     if kind is dict:
+        keys = (str,) if as_json else (str, int, bytes)
         for key, item in value.items():
-            if type(key) not in (str, int, bytes):
+            if type(key) not in keys:
                 raise errors.UnsupportedEntryError(
-                    f"{path} has a key of type {type(key).__name__}; dict keys must be str, int or bytes"
+                    f"{path} has a key of type {type(key).__name__}; dict keys must be"
+                    + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
                 )
-            _check_value(item, f"{path}[{key!r}]")
+            _check_value(item, f"{path}[{key!r}]", as_json)
         return
     hint = " (use a list)" if kind is tuple else ""
     raise errors.UnsupportedEntryError(
@@ -57,11 +78,26 @@ def _check_value(value: Any, path: str) -> None:
     )
 
 
-def check_entries(entries: Iterable[Any], limit_bytes: int) -> list[Any]:
-    """Validate every entry (type and size) and return them as a list."""
+NATIVE = "native"
+JSON = "json"
+ENCODINGS = (NATIVE, JSON)
+
+
+def check_encoding(encoding: object) -> str:
+    """Return ``encoding`` if it is one a queue can use, else raise."""
+    if encoding not in ENCODINGS:
+        raise errors.InvalidArgumentError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
+    return str(encoding)
+
+
+def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATIVE) -> list[Any]:
+    """Validate every entry (type and size); return them as ``encoding`` stores them."""
+    as_json = encoding == JSON
     checked = []
     for index, entry in enumerate(entries):
-        _check_value(entry, f"entry {index}")
+        _check_value(entry, f"entry {index}", as_json)
+        if as_json:
+            entry = orjson.dumps(entry)
         size = len(_ENCODER.encode(entry))
         if size > limit_bytes:
             raise errors.EntryTooLargeError(
@@ -72,6 +108,15 @@ def check_entries(entries: Iterable[Any], limit_bytes: int) -> list[Any]:
             )
         checked.append(entry)
     return checked
+
+
+def decode_entry(encoding: str, stored: Any) -> Any:
+    """The entry that a slot's stored value holds; ``ValueError`` if it holds no valid entry."""
+    if encoding != JSON:
+        return stored
+    if not isinstance(stored, (bytes, bytearray)):  # Aerospike's client hands out blobs as bytearray
+        raise ValueError(f"a JSON-encoded queue's slot holds {type(stored).__name__}, not JSON text")
+    return orjson.loads(stored)  # orjson.JSONDecodeError is a ValueError
 
 
 def bytes_as_json(value: Any) -> Any:

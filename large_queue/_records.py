@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
+from large_queue._entries import ENCODINGS, NATIVE, decode_entry
 from large_queue.backends import RecordKey
 
+# Format 1: entries stored as native values. Format 2 adds the ``encoding``
+# bin; queues whose entries are not native use it, so a library that knows
+# only format 1 refuses them instead of handing out encoded bytes.
 FORMAT_VERSION = 1
+ENCODED_FORMAT_VERSION = 2
 
 METADATA_KEY = "queue-metadata"
 BUFFER_KEY_PREFIX = "queue-buffer-"
@@ -38,6 +43,7 @@ RECORD_COUNT = "record_count"
 SLOTS_PER_RECORD = "slots_per_rec"
 BUFFER_NAMESPACE = "buffer_ns"
 MAX_ENTRY_BYTES = "max_entry"
+ENCODING = "encoding"
 
 # buffer bins (the fence bins share their names with the metadata counter's)
 SLOTS = "slots"
@@ -119,6 +125,7 @@ class Metadata:
     fence_epoch: int
     fence_counter: int
     max_entry_bytes: int
+    encoding: str
 
 
 _INTEGER_BINS = (
@@ -149,8 +156,14 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     for name in (LOCK_OWNER, BUFFER_NAMESPACE):
         if not isinstance(bins.get(name), str):
             raise corrupt(f"bin {name!r} is missing or not a string")
-    if bins[FORMAT] != FORMAT_VERSION:
-        raise corrupt(f"format version {bins[FORMAT]} is not supported (this library reads {FORMAT_VERSION})")
+    if bins[FORMAT] not in (FORMAT_VERSION, ENCODED_FORMAT_VERSION):
+        raise corrupt(
+            f"format version {bins[FORMAT]} is not supported"
+            f" (this library reads {FORMAT_VERSION} and {ENCODED_FORMAT_VERSION})"
+        )
+    encoding = bins.get(ENCODING) if bins[FORMAT] == ENCODED_FORMAT_VERSION else NATIVE
+    if encoding not in ENCODINGS:
+        raise corrupt(f"entry encoding {encoding!r} is not supported (known: {', '.join(ENCODINGS)})")
     if bins[READY] != 1:
         raise errors.CorruptQueueError(
             f"queue {queue!r} was not completely created; delete it and create it again", queue=queue
@@ -171,11 +184,15 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         fence_epoch=bins[FENCE_EPOCH],
         fence_counter=bins[FENCE_COUNTER],
         max_entry_bytes=bins[MAX_ENTRY_BYTES],
+        encoding=encoding,
     )
 
 
-def slot_entry(queue: str, record: int, slot: Any, offset: int) -> tuple[Any, int] | None:
-    """``(value, enqueued_at_ms)`` if ``slot`` holds ``offset``'s entry, else None."""
+def slot_entry(queue: str, record: int, slot: Any, offset: int, encoding: str) -> tuple[Any, int] | None:
+    """``(value, enqueued_at_ms)`` if ``slot`` holds ``offset``'s entry, else None.
+
+    The value is decoded as the queue's ``encoding`` stores entries.
+    """
     if slot is None:
         return None
     if not isinstance(slot, list) or len(slot) != 3 or type(slot[0]) is not int:
@@ -185,4 +202,10 @@ def slot_entry(queue: str, record: int, slot: Any, offset: int) -> tuple[Any, in
         )
     if slot[0] != offset:
         return None
-    return slot[1], slot[2]
+    try:
+        return decode_entry(encoding, slot[1]), slot[2]
+    except ValueError as exc:
+        raise errors.CorruptQueueError(
+            f"buffer record {record} of queue {queue!r} holds no valid entry for offset {offset}: {exc}",
+            queue=queue,
+        ) from None

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import bytes_as_json
+from large_queue._entries import ENCODINGS, NATIVE, bytes_as_json
 from large_queue.backends import connect
 from large_queue.queue import Entry, Queue
 
@@ -129,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--slots-per-record", type=int, help="default: the capacity, at most 100")
     create.add_argument("--buffer-namespace")
     create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
+    create.add_argument(
+        "--encoding",
+        choices=ENCODINGS,
+        default=NATIVE,
+        help="how entries are stored: native values (any entry) or JSON text (read by Spark as it is)",
+    )
     for name, text in [
         ("info", "show a queue's state"),
         ("dequeue", "remove and print the head entry"),
@@ -194,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     namespace=args.namespace,
                     buffer_namespace=args.buffer_namespace,
                     lock_ttl=args.lock_ttl,
+                    encoding=args.encoding,
                 ).info()
             )
         elif args.command == "check":

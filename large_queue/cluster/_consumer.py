@@ -260,7 +260,8 @@ class Consumer:
         for offset in [*redeliver, *fresh]:
             slot_list = slots.get(shape.record_of(offset))
             slot = slot_list[shape.slot_of(offset)] if isinstance(slot_list, list) else None
-            entry = rec.slot_entry(self.queue.name, shape.record_of(offset), slot, offset)
+            record = shape.record_of(offset)
+            entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
             count = inflight.pop(offset, 0) + 1
             if entry is None:
                 log.warning(

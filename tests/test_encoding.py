@@ -1,0 +1,164 @@
+"""Entry encodings: a JSON-encoded queue gives back what a native one does, refuses what JSON cannot hold."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from large_queue import (
+    CorruptQueueError,
+    EntryTooLargeError,
+    InvalidArgumentError,
+    Queue,
+    QueueNotFoundError,
+    UnsupportedEntryError,
+)
+from large_queue import _records as rec
+from large_queue._check import check_queue
+from large_queue._entries import INT64_MAX, INT64_MIN, decode_entry
+from large_queue.backends import ListSet, WriteMode
+from tests.fix_backends import Store
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(INT64_MIN, INT64_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False)
+) | st.text()
+json_entries = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+def test_json_queue_round_trips_across_records_and_laps(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=2, encoding="json")
+    values = [None, True, -(2**63), 2**63 - 1, math.pi, "ünïcode\n", [], {}, {"k": [{"n": None}]}]
+    assert queue.enqueue(values[0]) == 0
+    queue.enqueue_batch(values[1:4])
+    assert [e.value for e in queue.dequeue_batch(3)] == values[:3]
+    queue.enqueue_batch(values[4:])  # wraps around into the first records
+    assert queue.get(6) is not None and queue.get(6).value == values[6]  # type: ignore[union-attr]
+    got = [e.value for e in queue.dequeue_batch(10)]
+    assert got == values[3:]
+    assert type(got[0]) is int and type(queue.enqueue(True)) is int
+    assert queue.dequeue().value is True  # type: ignore[union-attr]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(json_entries, min_size=1, max_size=8))
+def test_json_and_native_queues_give_back_the_same_values(store: Store, values: list[Any]) -> None:
+    native = store.new_queue(capacity=8, slots_per_record=3)
+    encoded = store.new_queue(capacity=8, slots_per_record=3, encoding="json")
+    native.enqueue_batch(values)
+    encoded.enqueue_batch(values)
+    assert [e.value for e in encoded.dequeue_batch(8)] == [e.value for e in native.dequeue_batch(8)] == values
+
+
+def test_stored_form_is_the_json_text(store: Store) -> None:
+    queue = store.new_queue(capacity=3, slots_per_record=3, encoding="json")
+    queue.enqueue({"id": 1, "tags": ["a"]})
+    slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
+    assert bytes(slots[0][1]) == orjson.dumps({"id": 1, "tags": ["a"]})
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (b"raw", r"entry 1 is bytes, which JSON cannot hold"),
+        ({"k": bytearray(b"x")}, r"entry 1\['k'\] is bytearray"),
+        ({7: "int key"}, "dict keys must be str in a JSON-encoded queue"),
+        ([1.0, math.nan], r"entry 1\[1\] = nan"),
+        ({"x": -math.inf}, r"= -inf, which JSON cannot hold"),
+        ((1, 2), "use a list"),
+        (2**64, "signed 64-bit"),
+    ],
+)
+def test_json_queue_refuses_what_json_cannot_hold_before_writing(
+    store: Store, entry: object, message: str
+) -> None:
+    queue = store.new_queue(encoding="json")
+    queue.enqueue("before")
+    commands = store.backend.commands
+    with pytest.raises(UnsupportedEntryError, match=message):
+        queue.enqueue_batch(["fine", entry])
+    assert store.backend.commands == commands  # nothing was sent
+    assert [e.value for e in queue.dequeue_batch(10)] == ["before"]
+
+
+def test_json_entry_size_is_its_text(store: Store) -> None:
+    queue = store.new_queue(capacity=4, slots_per_record=2, encoding="json")
+    limit = queue.max_entry_bytes
+    queue.enqueue("a" * (limit - 10))  # 2 quotes and the bytes header still fit
+    escaped = "\n" * (limit // 2)  # half the limit as a str, but twice that as JSON text ("\\n")
+    with pytest.raises(EntryTooLargeError, match=f"at most {limit} bytes"):
+        queue.enqueue(escaped)
+    assert queue.info().tail_offset == 1
+
+
+def test_bad_encoding_is_refused_before_anything_is_written(store: Store) -> None:
+    with pytest.raises(InvalidArgumentError, match="encoding must be one of native, json, got 'xml'"):
+        Queue.create(store.backend, "t-bad-encoding", capacity=3, encoding="xml")
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store.backend, "t-bad-encoding")
+
+
+def test_encoding_is_kept_in_the_metadata(store: Store) -> None:
+    encoded = store.new_queue(encoding="json")
+    native = store.new_queue()
+    assert Queue.open(store.backend, encoded.name).encoding == "json" == encoded.info().encoding
+    assert Queue.open(store.backend, native.name).encoding == "native" == native.info().encoding
+    bins = store.backend.get(encoded.keys.metadata).bins  # type: ignore[union-attr]
+    # a library that reads only format 1 refuses the JSON queue rather than handing out its text
+    assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.ENCODED_FORMAT_VERSION, "json")
+    assert store.backend.get(native.keys.metadata).bins[rec.FORMAT] == rec.FORMAT_VERSION  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [({rec.ENCODING: "yaml"}, "entry encoding 'yaml' is not supported"), ({rec.ENCODING: None}, "None")],
+)
+def test_damaged_encoding_is_named(store: Store, damage: dict[str, object], message: str) -> None:
+    queue = store.new_queue(encoding="json")
+    store.backend.put(queue.keys.metadata, damage, mode=WriteMode.UPDATE_ONLY)
+    with pytest.raises(CorruptQueueError, match=message):
+        Queue.open(store.backend, queue.name)
+
+
+def test_a_slot_that_holds_no_json_is_named_by_readers_and_the_checker(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, encoding="json")
+    queue.enqueue_batch([1, 2, 3])
+    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, b"{not json", 0])])
+    with pytest.raises(CorruptQueueError, match="no valid entry for offset 1"):
+        queue.get(1)
+    report = check_queue(store.backend, queue.name)
+    assert any("slot 1 holds no valid entry" in problem for problem in report.problems)
+    assert queue.dequeue().value == 1  # type: ignore[union-attr]
+    with pytest.raises(CorruptQueueError, match="offset 1"):
+        queue.dequeue()
+    assert queue.info().lock_owner is None  # the failed dequeue let go of the lock
+
+
+def test_cluster_consumers_get_decoded_entries(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, encoding="json")
+    queue.enqueue_batch([{"n": n} for n in range(4)])
+    with queue.consumer("node-1", time_slice=5.0) as consumer:
+        received = consumer.receive(10, timeout=5.0)
+        assert [m.value for m in received] == [{"n": n} for n in range(4)]
+        consumer.ack(received)
+
+
+def test_stored_text_decodes_from_bytes_or_bytearray_only() -> None:
+    assert decode_entry("json", bytearray(b'{"a": [1]}')) == {"a": [1]}  # as Aerospike's client returns blobs
+    assert decode_entry("json", b'"x"') == "x"
+    assert decode_entry("native", b'"x"') == b'"x"'
+    with pytest.raises(ValueError, match="holds str, not JSON text"):
+        decode_entry("json", '"x"')
+    with pytest.raises(ValueError):
+        decode_entry("json", b"{")

@@ -63,6 +63,57 @@ def test_binary_value_format(spark: Any, url: str) -> None:
     assert [msgspec.msgpack.decode(r.value) for r in rows] == [{"b": b"\x00\xff"}, [1, 2.5, None]]
 
 
+EVENTS = [
+    {"id": 1, "text": "ünïcode, with a\nnewline", "tags": ["a", "b"], "score": 0.1},
+    [1, 2.5, None, True],
+    "just a string",
+    -(2**63),
+    {"nested": {"deeper": [{}, []]}},
+]
+
+
+def test_json_encoded_queue_reads_as_a_native_one(spark: Any, url: str) -> None:
+    store = connect(url)
+    native = Queue.create(store, "native", capacity=12, slots_per_record=2)
+    encoded = Queue.create(store, "encoded", capacity=12, slots_per_record=2, encoding="json")
+    for queue in (native, encoded):
+        queue.enqueue_batch(EVENTS * 2)
+        queue.dequeue_batch(3)
+        queue.enqueue_batch(EVENTS)  # wraps: offsets 3..14
+
+    def read(name: str, **options: object) -> list[tuple[int, Any]]:
+        rows = reader(spark, url, name, minPartitions=2, **options).load().orderBy("offset").collect()
+        return [(r.offset, r.value) for r in rows]
+
+    assert read("encoded") == read("native")
+    assert [json.loads(value) for _, value in read("encoded")] == (EVENTS * 3)[3:]
+    assert read("encoded", valueFormat="binary") == read("native", valueFormat="binary")
+    typed = "offset long, id long, tags array<string>"
+    assert (
+        reader(spark, url, "encoded").schema(typed).load().orderBy("offset").collect()
+        == reader(spark, url, "native").schema(typed).load().orderBy("offset").collect()
+    )
+
+
+def test_writes_create_a_json_encoded_queue_when_asked(spark: Any, url: str) -> None:
+    frame = spark.createDataFrame([(json.dumps(e),) for e in EVENTS], "value string")
+    (
+        frame.coalesce(1)
+        .write.format("large_queue")
+        .option("url", url)
+        .option("queue", "out")
+        .option("createIfMissing", "true")
+        .option("capacity", "10")
+        .option("entryEncoding", "JSON")
+        .option("valueFormat", "json")  # the column holds JSON text to parse, not strings to keep
+        .mode("append")
+        .save()
+    )
+    queue = Queue.open(connect(url), "out")
+    assert queue.encoding == "json"
+    assert [e.value for e in queue.dequeue_batch(10)] == EVENTS
+
+
 def test_offsets_gone_before_planning(spark: Any, url: str) -> None:
     queue = Queue.create(connect(url), "ring", capacity=6, slots_per_record=3)
     queue.enqueue_batch(range(6))
@@ -102,6 +153,7 @@ def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fai
         ({"queue": "events", "startingOffsets": 3, "endingOffsets": 2}, "is after endingOffsets"),
         ({"queue": "events", "valueFormat": "xml"}, "valueFormat='xml' must be one of json, binary"),
         ({"queue": "events", "minPartitions": 0}, "minPartitions=0 must be at least 1"),
+        ({"queue": "events", "entryEncoding": "yaml"}, "entryEncoding='yaml' must be one of native, json"),
         ({}, "option 'queue' is required"),
     ],
 )
@@ -210,3 +262,18 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
         ).mode("append").save()
     with pytest.raises(Exception, match="append"):
         frame.write.format("large_queue").option("url", url).option("queue", "out").mode("overwrite").save()
+
+
+def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, tmp_path: Path) -> None:
+    from large_queue.spark import _bench
+
+    lines: list[str] = []
+    figures = _bench.run(f"embedded://{tmp_path}/bench.db", entries=3000, repeats=1, log=lines.append)
+    labels = ("queue", "queue json", "parquet", "floor")
+    assert all(figures[f"{label} rows/s"] > 0 for label in labels)
+    for label in ("queue", "queue json", "floor"):  # each ratio is that read's rate over Parquet's
+        assert figures[f"{label} ratio"] == pytest.approx(
+            figures[f"{label} rows/s"] / figures["parquet rows/s"]
+        )
+    printed = "\n".join(lines)
+    assert "queue (native entries) -> Spark" in printed and "queue (JSON entries) -> Spark" in printed

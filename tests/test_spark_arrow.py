@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from large_queue import errors
 from large_queue._entries import INT64_MAX, INT64_MIN, bytes_as_json
-from large_queue.spark._arrow import Rows, collector_paused, json_column
+from large_queue.spark._arrow import Rows, collector_paused, json_column, stored_json_column
 
 scalars = (
     st.none()
@@ -86,3 +86,19 @@ def test_collector_state_is_restored(enabled: bool) -> None:
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize(("stored", "problem"), [(b"\xff\xfe", "Invalid UTF8"), (7, "")])
+def test_stored_json_text_that_is_not_text_is_named(stored: object, problem: str) -> None:
+    rows = Rows(offsets=[4, 5], values=[b'{"ok": 1}', stored], times=[0, 0])
+    with pytest.raises(
+        errors.CorruptQueueError, match=rf"queue 'q' \(offsets 4..5\).*not JSON text.*{problem}"
+    ):
+        stored_json_column("q", rows)
+
+
+def test_stored_json_text_is_passed_on_as_it_is() -> None:
+    texts = [orjson.dumps(v) for v in ({"a": "\n"}, [1, 2.5], "ü", None)]
+    stored: list[Any] = [*texts[:3], bytearray(texts[3])]  # Aerospike's client gives blobs as bytearray
+    rows = Rows(offsets=[0, 1, 2, 3], values=stored, times=[0, 0, 0, 0])
+    assert stored_json_column("q", rows).to_pylist() == [t.decode() for t in texts]

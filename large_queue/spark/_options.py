@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from large_queue import errors
+from large_queue._entries import ENCODINGS, NATIVE, check_encoding
 from large_queue._records import QueueShape
 
 VALUE_FORMATS = ("json", "binary")
@@ -74,6 +75,7 @@ class SourceOptions:
     create_if_missing: bool
     capacity: int | None
     slots_per_record: int | None
+    entry_encoding: str
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -103,7 +105,18 @@ class SourceOptions:
             create_if_missing=_boolean(lowered, "createIfMissing", False),
             capacity=_integer(lowered, "capacity", None, minimum=1),
             slots_per_record=_integer(lowered, "slotsPerRecord", None, minimum=1),
+            entry_encoding=_entry_encoding(lowered),
         )
+
+
+def _entry_encoding(lowered: Mapping[str, str]) -> str:
+    given = lowered.get("entryencoding", NATIVE)
+    try:
+        return check_encoding(given.lower())
+    except errors.InvalidArgumentError:
+        raise errors.InvalidArgumentError(
+            f"option entryEncoding={given!r} must be one of {', '.join(ENCODINGS)}"
+        ) from None
 
 
 def resolve(bound: str | int, head: int, tail: int) -> int:

@@ -253,6 +253,7 @@ def _prepare_queue(options: SourceOptions) -> None:
                 capacity=options.capacity,
                 slots_per_record=options.slots_per_record,
                 namespace=options.namespace,
+                encoding=options.entry_encoding,
             )
 
 

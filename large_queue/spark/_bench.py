@@ -15,13 +15,16 @@ Four reads of the same rows run in one local session, each ending in
   (task start-up, Arrow transfer to the JVM); the gap between the queue and
   this line is the connector's own work.
 
-Each read runs ``repeats`` times, the four interleaved so that a slow moment
-of the machine hits all of them; the best run of each counts.
+After a warm-up round, ``repeats`` rounds each time every read once, so that a
+slow moment of the machine hits all of them. Rates are each read's best
+round; a ratio to Parquet is the median over rounds of that round's ratio,
+which pairs reads taken moments apart (as the producers' bench does).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -101,7 +104,7 @@ def run(
     repeats: int = 5,
     log: Any = print,
 ) -> dict[str, float]:
-    """Fill two queues with ``entries`` events, then time the reads (best of ``repeats``).
+    """Fill two queues with ``entries`` events, then time the reads in ``repeats`` rounds.
 
     The same events go into a queue of each entry encoding: ``native`` (the
     default) and ``json``, whose stored text the reader passes on as it is.
@@ -160,17 +163,22 @@ def run(
             "parquet": parquet,
             "floor": floor,
         }
-        best = {label: float("inf") for label in frames}
-        for _ in range(repeats):
-            for label, frame in frames.items():
-                best[label] = min(best[label], _timed_noop(frame))
+        for frame in frames.values():  # a warm-up round: the JVM compiles each read's code paths
+            _timed_noop(frame)
+        rounds = [{label: _timed_noop(frame) for label, frame in frames.items()} for _ in range(repeats)]
         for name in names.values():
             Queue.delete(store, name)
+    best = {label: min(round_[label] for round_ in rounds) for label in frames}
     figures = {f"{label} rows/s": entries / seconds for label, seconds in best.items()}
-    figures.update(
-        {f"{label} ratio": best["parquet"] / best[label] for label in ("queue", "queue json", "floor")}
+    ratios = {
+        label: sorted(round_["parquet"] / round_[label] for round_ in rounds)
+        for label in ("queue", "queue json", "floor")
+    }
+    figures.update({f"{label} ratio": statistics.median(values) for label, values in ratios.items()})
+    log(
+        f"partitions: {partitions}; rows/s: the best of {repeats} rounds after a warm-up;"
+        " ratio to Parquet: the median of the rounds' ratios (each round times every read once)"
     )
-    log(f"partitions: {partitions}; best of {repeats} runs each")
     lines = {
         "queue": "queue (native entries) -> Spark",
         "queue json": "queue (JSON entries) -> Spark",
@@ -178,6 +186,9 @@ def run(
         "floor": "Python source floor (prebuilt Arrow batches)",
     }
     for label, text in lines.items():
-        ratio = "" if label == "parquet" else f"  {figures[f'{label} ratio']:.2f} of Parquet"
+        ratio = ""
+        if label in ratios:
+            spread = f"{ratios[label][0]:.2f}-{ratios[label][-1]:.2f}"
+            ratio = f"  {figures[f'{label} ratio']:.2f} of Parquet (rounds: {spread})"
         log(f"{text:46} {figures[f'{label} rows/s']:>12,.0f} rows/s ({best[label]:.2f} s){ratio}")
     return figures

@@ -162,3 +162,19 @@ def test_stored_text_decodes_from_bytes_or_bytearray_only() -> None:
         decode_entry("json", '"x"')
     with pytest.raises(ValueError):
         decode_entry("json", b"{")
+
+
+def test_command_line_creates_a_json_encoded_queue(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from large_queue.cli import main
+
+    url = f"embedded://{tmp_path}/cli.db"
+    assert main(["--url", url, "create", "q", "--capacity", "4", "--encoding", "json"]) == 0
+    assert '"encoding": "json"' in capsys.readouterr().out
+    assert main(["--url", url, "enqueue", "q", '{"a": [1, "x"]}']) == 0
+    assert main(["--url", url, "dequeue", "q"]) == 0
+    assert '"value": {"a": [1, "x"]}' in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--url", url, "create", "r", "--capacity", "4", "--encoding", "xml"])
+    assert "invalid choice: 'xml'" in capsys.readouterr().err

@@ -25,17 +25,27 @@ class Custom:
 
 
 @pytest.mark.parametrize(
-    ("entry", "message"),
+    ("encoding", "entry", "message"),
     [
-        (Custom(), "Custom"),
-        ((1, 2), "use a list"),
-        ({1.5: "x"}, "dict keys must be"),
-        ([1, {"a": {3, 4}}], r"entry 1\[1\]\['a'\] is a set"),
-        (2**64, "signed 64-bit"),
+        ("native", Custom(), "Custom"),
+        ("native", (1, 2), "use a list"),
+        ("native", {1.5: "x"}, "dict keys must be"),
+        ("native", [1, {"a": {3, 4}}], r"entry 1\[1\]\['a'\] is a set"),
+        ("native", 2**64, "signed 64-bit"),
+        # what JSON cannot hold, in a queue that stores entries as JSON text
+        ("json", b"raw", r"entry 1 is bytes, which JSON cannot hold"),
+        ("json", {"k": bytearray(b"x")}, r"entry 1\['k'\] is bytearray"),
+        ("json", {7: "int key"}, "dict keys must be str in a JSON-encoded queue"),
+        ("json", [1.0, math.nan], r"entry 1\[1\] = nan"),
+        ("json", {"x": -math.inf}, r"= -inf, which JSON cannot hold"),
+        ("json", (1, 2), "use a list"),
+        ("json", 2**64, "signed 64-bit"),
     ],
 )
-def test_unsupported_entries_are_refused_before_writing(store: Store, entry: object, message: str) -> None:
-    queue = store.new_queue()
+def test_unsupported_entries_are_refused_before_writing(
+    store: Store, encoding: str, entry: object, message: str
+) -> None:
+    queue = store.new_queue(encoding=encoding)
     queue.enqueue("before")
     commands = store.backend.commands
     with pytest.raises(UnsupportedEntryError, match=message):

@@ -268,7 +268,9 @@ def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, tmp_path:
     from large_queue.spark import _bench
 
     lines: list[str] = []
-    figures = _bench.run(f"embedded://{tmp_path}/bench.db", entries=3000, repeats=1, log=lines.append)
+    figures = _bench.run(
+        f"embedded://{tmp_path}/bench.db", entries=3000, repeats=1, pause=0, log=lines.append
+    )
     labels = ("queue", "queue json", "parquet", "floor")
     assert all(figures[f"{label} rows/s"] > 0 for label in labels)
     for label in ("queue", "queue json", "floor"):  # each ratio is that read's rate over Parquet's

@@ -13,7 +13,11 @@ Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
 ``latest`` or an offset), ``minPartitions``, ``recordsPerPartition``,
 ``valueFormat`` (``json`` | ``binary``), ``failOnDataLoss`` (default true),
 ``maxOffsetsPerTrigger`` (streaming), and for writing ``batchSize``,
-``createIfMissing``, ``capacity``, ``slotsPerRecord``.
+``createIfMissing``, ``capacity``, ``slotsPerRecord``, ``entryEncoding``
+(``native`` | ``json``, for a queue that ``createIfMissing`` creates).
+
+A queue created with ``encoding="json"`` stores each entry's JSON text,
+which becomes the ``value`` column as it is: reads skip decoding entries.
 """
 
 from __future__ import annotations

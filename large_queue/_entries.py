@@ -96,9 +96,12 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
     checked = []
     for index, entry in enumerate(entries):
         _check_value(entry, f"entry {index}", as_json)
-        if as_json:
-            entry = orjson.dumps(entry)
-        size = len(_ENCODER.encode(entry))
+        try:
+            if as_json:
+                entry = orjson.dumps(entry)
+            size = len(_ENCODER.encode(entry))
+        except (UnicodeEncodeError, TypeError) as exc:  # a str with a lone surrogate: not UTF-8
+            raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
         if size > limit_bytes:
             raise errors.EntryTooLargeError(
                 f"entry {index} is {size} bytes encoded; this queue's slots hold at most"

@@ -32,6 +32,8 @@ class Custom:
         ("native", {1.5: "x"}, "dict keys must be"),
         ("native", [1, {"a": {3, 4}}], r"entry 1\[1\]\['a'\] is a set"),
         ("native", 2**64, "signed 64-bit"),
+        ("native", ["ok", "lone \ud800"], "entry 1 cannot be stored: .*surrogates not allowed"),
+        ("json", {"k": "lone \udfff"}, "entry 1 cannot be stored: .*surrogates not allowed"),
         # what JSON cannot hold, in a queue that stores entries as JSON text
         ("json", b"raw", r"entry 1 is bytes, which JSON cannot hold"),
         ("json", {"k": bytearray(b"x")}, r"entry 1\['k'\] is bytearray"),

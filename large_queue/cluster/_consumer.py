@@ -258,9 +258,9 @@ class Consumer:
         inflight = {o: c for o, c in self._inflight.items() if o >= metadata.head}
         delivered: list[Message | Entry] = []
         for offset in [*redeliver, *fresh]:
-            slot_list = slots.get(shape.record_of(offset))
-            slot = slot_list[shape.slot_of(offset)] if isinstance(slot_list, list) else None
             record = shape.record_of(offset)
+            slot_list = slots.get(record)
+            slot = slot_list[shape.slot_of(offset)] if isinstance(slot_list, list) else None
             entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
             count = inflight.pop(offset, 0) + 1
             if entry is None:

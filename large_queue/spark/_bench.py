@@ -17,9 +17,10 @@ Four reads of the same rows run in one local session, each ending in
 
 After a warm-up round, ``repeats`` rounds each time every read once, so that a
 slow moment of the machine hits all of them; each read starts after a short
-pause, so that no earlier read's processes are still busy. Rates are each read's best
-round; a ratio to Parquet is the median over rounds of that round's ratio,
-which pairs reads taken moments apart (as the producers' bench does).
+pause, so that no earlier read's processes are still busy. Rates are each
+read's best round; a ratio to Parquet is the median over rounds of that
+round's ratio, which pairs reads taken moments apart (as the producers'
+bench does).
 """
 
 from __future__ import annotations
@@ -88,14 +89,13 @@ class FloorSource(DataSource):
         return _FloorReader(self.options["path"], int(self.options["partitions"]), schema)
 
 
-def _fill(store: Any, name: str, entries: int, encoding: str) -> Queue:
+def _fill(store: Any, name: str, entries: int, encoding: str) -> None:
     Queue.delete(store, name)
     queue = Queue.create(store, name, capacity=entries, slots_per_record=100, encoding=encoding)
     for first in range(0, entries, 1000):
         queue.enqueue_batch(
             [{"id": n, "user": n % 977, "kind": "click"} for n in range(first, min(first + 1000, entries))]
         )
-    return queue
 
 
 def run(

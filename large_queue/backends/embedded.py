@@ -159,7 +159,11 @@ class EmbeddedBackend(Backend):
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
-            conn.execute("PRAGMA mmap_size=268435456")
+            # No memory-mapped I/O: with it, the first command after another
+            # connection has written costs about 16 us more (plain SQLite, one
+            # row read and rewritten), without it about 4 us; reads and
+            # single-process rates measured the same either way.
+            conn.execute("PRAGMA mmap_size=0")
             conn.execute(_SCHEMA)
             self._conn = conn
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)

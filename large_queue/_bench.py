@@ -1,22 +1,32 @@
-"""``large-queue bench``: throughput and round trips per operation.
+"""``large-queue bench``: throughput, round trips and client CPU per operation.
 
 Every figure is printed next to the raw single-record command rate of the
 same store, measured in the same run, so the numbers compare across machines:
 a ratio of 0.33 for single enqueues means the queue runs at one third of
 the rate of bare commands, which is what 3 round trips per enqueue cost.
+
+Each single-process operation also has a floor, measured in the same run:
+the very store commands that the operation sent, recorded and replayed with
+every argument prepared ahead and no library code around them
+(:mod:`large_queue._floor`). The ratio to the floor is what the library's
+own work costs; the ratio to the raw rate is what the protocol's round
+trips cost. Client CPU time (``time.process_time``) per call is printed
+beside each rate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from tqdm import tqdm
 
+from large_queue import _floor
 from large_queue._records import QueueKeys
 from large_queue.backends import Backend, Increment, Read, WriteMode, connect
 from large_queue.queue import Queue
@@ -34,7 +44,9 @@ class Figure:
     calls: int
     seconds: float
     round_trips: int
+    cpu_seconds: float
     unit: str = "ops"
+    floor: Figure | None = None
 
     @property
     def rate(self) -> float:
@@ -45,6 +57,20 @@ class Figure:
     def round_trips_per_call(self) -> float:
         """Store commands per API call (one single operation or one whole batch)."""
         return self.round_trips / self.calls if self.calls else 0.0
+
+    @property
+    def cpu_us_per_call(self) -> float:
+        """Client CPU time per API call, in microseconds."""
+        return self.cpu_seconds / self.calls * 1e6 if self.calls else 0.0
+
+
+@contextlib.contextmanager
+def _clock() -> Iterator[list[float]]:
+    """Wall and CPU seconds of the body: ``[wall, cpu]``, filled in when it ends."""
+    spent = [0.0, 0.0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield spent
+    spent[0], spent[1] = time.perf_counter() - wall, time.process_time() - cpu
 
 
 def _timed(
@@ -59,16 +85,16 @@ def _timed(
     """Run ``step(i)`` ``count`` times; each returns how many operations it did."""
     done = 0
     before = backend.commands
-    start = time.perf_counter()
-    for i in tqdm(range(count), desc=name, leave=False, disable=not progress, mininterval=0.5):
-        done += step(i)
-    seconds = time.perf_counter() - start
+    with _clock() as spent:
+        for i in tqdm(range(count), desc=name, leave=False, disable=not progress, mininterval=0.5):
+            done += step(i)
     return Figure(
         name=name,
         operations=done,
         calls=count,
-        seconds=seconds,
+        seconds=spent[0],
         round_trips=backend.commands - before,
+        cpu_seconds=spent[1],
         unit=unit,
     )
 
@@ -92,36 +118,136 @@ def _raw_commands(backend: Backend, count: int, progress: bool) -> Figure:
         backend.remove(key)
 
 
-def _owner_figures(
-    queue: Queue, operations: int, batches: int, batch_size: int, progress: bool
-) -> list[Figure]:
-    """Dequeues by the owning node of the cluster shim: no queue lock per operation."""
-    backend = queue.backend
-    with queue.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
-        queue.enqueue_batch([{"n": n} for n in range(min(operations, queue.capacity))])
-        single = _timed(
-            "owner dequeue (single, no lock)",
-            backend,
-            operations,
-            lambda i: len(consumer.dequeue(1)),
-            progress=progress,
-        )
-        queue.enqueue_batch([{"n": n} for n in range(min(batches * batch_size, queue.capacity))])
+@dataclass(frozen=True, kw_only=True)
+class Phase:
+    """One measured operation: ``step(handle, i)`` returns how many operations it did.
 
-        def receive_and_ack(i: int) -> int:
-            messages = consumer.receive(batch_size)
-            consumer.ack(messages)
-            return len(messages)
+    ``opened(queue)`` is entered before the clock starts and gives the
+    handle (the queue itself, or a consumer of it); it is left after.
+    """
 
-        batch = _timed(
-            f"owner receive + ack (batches of {batch_size})",
-            backend,
-            batches,
-            receive_and_ack,
+    name: str
+    count: int
+    step: Callable[[Any, int], int]
+    opened: Callable[[Queue], contextlib.AbstractContextManager[Any]]
+    unit: str = "ops"
+
+
+@contextlib.contextmanager
+def _as_is(queue: Queue) -> Iterator[Queue]:
+    yield queue
+
+
+def _owning(fill: int) -> Callable[[Queue], contextlib.AbstractContextManager[Any]]:
+    """A consumer that owns the queue (slices and timeouts far longer than the run), after a fill."""
+
+    @contextlib.contextmanager
+    def opened(queue: Queue) -> Iterator[Any]:
+        with queue.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
+            queue.enqueue_batch([{"n": n} for n in range(fill)])
+            yield consumer
+
+    return opened
+
+
+def _receive_and_ack(consumer: Any, batch_size: int) -> int:
+    messages = consumer.receive(batch_size)
+    consumer.ack(messages)
+    return len(messages)
+
+
+def _phases(queue_capacity: int, operations: int, batches: int, batch_size: int) -> list[Phase]:
+    return [
+        Phase(
+            name="enqueue (single)",
+            count=operations,
+            step=lambda queue, i: len([queue.enqueue({"n": i})]),
+            opened=_as_is,
+        ),
+        Phase(
+            name="dequeue (single)",
+            count=operations,
+            step=lambda queue, i: 1 if queue.dequeue() else 0,
+            opened=_as_is,
+        ),
+        Phase(
+            name=f"enqueue (batches of {batch_size})",
+            count=batches,
+            step=lambda queue, i: len(queue.enqueue_batch([{"n": i, "k": k} for k in range(batch_size)])),
+            opened=_as_is,
             unit="entries",
+        ),
+        Phase(
+            name=f"dequeue (batches of {batch_size})",
+            count=batches,
+            step=lambda queue, i: len(queue.dequeue_batch(batch_size)),
+            opened=_as_is,
+            unit="entries",
+        ),
+        Phase(
+            name="owner dequeue (single, no lock)",
+            count=operations,
+            step=lambda consumer, i: len(consumer.dequeue(1)),
+            opened=_owning(min(operations, queue_capacity)),
+        ),
+        Phase(
+            name=f"owner receive + ack (batches of {batch_size})",
+            count=batches,
+            step=lambda consumer, i: _receive_and_ack(consumer, batch_size),
+            opened=_owning(min(batches * batch_size, queue_capacity)),
+            unit="entries",
+        ),
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Twins:
+    """Three queues that start alike: timed through the library, recorded, and replayed."""
+
+    timed: Queue
+    recorded: Queue
+    recording: _floor.Recording
+    replayed: Queue
+
+
+def _run_phase(phase: Phase, twins: _Twins, progress: bool) -> Figure:
+    with phase.opened(twins.timed) as handle:
+        figure = _timed(
+            phase.name,
+            twins.timed.backend,
+            phase.count,
+            lambda i: phase.step(handle, i),
+            unit=phase.unit,
             progress=progress,
         )
-    return [single, batch]
+    log = twins.recording.log
+    log.clear()
+    with phase.opened(twins.recorded) as handle:
+        opening = len(log)
+        for i in range(phase.count):
+            phase.step(handle, i)
+        body = len(log)
+    closing = len(log)
+    backend = twins.replayed.backend
+    source, target = twins.recorded.name, twins.replayed.name
+    before, commands, after = (
+        _floor.prepare(part, backend, source=source, target=target)
+        for part in (log[:opening], log[opening:body], log[body:closing])
+    )
+    _floor.run(before)
+    with _clock() as spent:
+        _floor.run(commands)
+    _floor.run(after)
+    floor = Figure(
+        name="  floor: the same commands, prepared",
+        operations=figure.operations,
+        calls=phase.count,
+        seconds=spent[0],
+        round_trips=len(commands),
+        cpu_seconds=spent[1],
+        unit=phase.unit,
+    )
+    return Figure(**{**figure.__dict__, "floor": floor})
 
 
 def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:
@@ -129,10 +255,10 @@ def _producer_process(url: str, name: str, count: int, start_event: Any, results
     producer = uuid.uuid4().hex[:6]
     opened = queue.backend.commands  # opening the queue read its metadata: not an enqueue's cost
     start_event.wait()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     for n in range(count):
         queue.enqueue(f"{producer}:{n}")
-    results.put((time.perf_counter() - began, queue.backend.commands - opened))
+    results.put((time.perf_counter() - began, queue.backend.commands - opened, time.process_time() - cpu))
 
 
 def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, bool]:
@@ -163,7 +289,8 @@ def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, boo
         operations=processes * per_process,
         calls=processes * per_process,
         seconds=seconds,
-        round_trips=sum(commands for _, commands in reports),
+        round_trips=sum(commands for _, commands, _ in reports),
+        cpu_seconds=sum(cpu for _, _, cpu in reports),
     )
     return figure, exact
 
@@ -185,20 +312,27 @@ class Report:
         """The report as printed by ``large-queue bench``."""
         lines = [
             f"store: {self.store}",
-            f"{'measure':44} {'rate':>20} {'round trips/call':>17} {'x raw rate':>11}",
+            f"{'measure':46} {'rate':>20} {'round trips':>11} {'x raw':>6} {'CPU us':>8} {'x floor':>8}",
+            f"{'':46} {'':>20} {'per call':>11} {'rate':>6} {'per call':>8} {'':>8}",
         ]
         for figure in [self.raw, *self.figures, self.one, self.many]:
-            rate = f"{figure.rate:,.0f} {figure.unit}/s"
-            lines.append(
-                f"{figure.name:44} {rate:>20} {figure.round_trips_per_call:>17.3f}"
-                f" {figure.rate / self.raw.rate:>11.2f}"
-            )
+            lines.append(self._line(figure, figure.floor))
+            if figure.floor is not None:
+                lines.append(self._line(figure.floor, None))
         ratios = ", ".join(f"{ratio:.2f}" for ratio in self.ratios)
         lines.append(
             f"{self.processes} producers vs 1: aggregate {self.many.rate / self.one.rate:.2f}x (median of"
             f" {len(self.ratios)} rounds: {ratios}); every entry exactly once: {self.exactly_once}"
         )
         return lines
+
+    def _line(self, figure: Figure, floor: Figure | None) -> str:
+        rate = f"{figure.rate:,.0f} {figure.unit}/s"
+        versus_floor = f"{figure.rate / floor.rate:8.2f}" if floor is not None and floor.rate else f"{'':>8}"
+        return (
+            f"{figure.name:46} {rate:>20} {figure.round_trips_per_call:>11.3f}"
+            f" {figure.rate / self.raw.rate:>6.2f} {figure.cpu_us_per_call:>8.0f} {versus_floor}"
+        )
 
 
 def measure(
@@ -216,44 +350,23 @@ def measure(
     # Room for the largest fill, plus the owner's acked entries still below the
     # queue's head (the shim moves the head in steps, not at every ack).
     capacity = max(operations, batches * batch_size) + operations
-    queue = Queue.create(backend, name, capacity=capacity, slots_per_record=100)
+    recording = _floor.Recording(backend)
+    names = [f"{name}-{role}" for role in ("timed", "rec", "floor")]
     try:
+        queues = [Queue.create(backend, twin, capacity=capacity, slots_per_record=100) for twin in names]
+        twins = _Twins(
+            timed=queues[0],
+            recorded=Queue.open(recording, names[1]),
+            recording=recording,
+            replayed=queues[2],
+        )
         raw = _raw_commands(backend, operations, progress)
         figures = [
-            _timed(
-                "enqueue (single)",
-                backend,
-                operations,
-                lambda i: len([queue.enqueue({"n": i})]),
-                progress=progress,
-            ),
-            _timed(
-                "dequeue (single)",
-                backend,
-                operations,
-                lambda i: 1 if queue.dequeue() else 0,
-                progress=progress,
-            ),
-            _timed(
-                f"enqueue (batches of {batch_size})",
-                backend,
-                batches,
-                lambda i: len(queue.enqueue_batch([{"n": i, "k": k} for k in range(batch_size)])),
-                unit="entries",
-                progress=progress,
-            ),
-            _timed(
-                f"dequeue (batches of {batch_size})",
-                backend,
-                batches,
-                lambda i: len(queue.dequeue_batch(batch_size)),
-                unit="entries",
-                progress=progress,
-            ),
+            _run_phase(phase, twins, progress) for phase in _phases(capacity, operations, batches, batch_size)
         ]
-        figures += _owner_figures(queue, operations, batches, batch_size, progress)
     finally:
-        Queue.delete(backend, name)
+        for twin in names:
+            Queue.delete(backend, twin)
     # The same number of entries either way (enough that starting and finishing
     # are a small part of a round), in interleaved rounds so that a slow moment
     # of the machine hits both sides; the median round counts.

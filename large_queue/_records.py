@@ -43,6 +43,7 @@ RECORD_COUNT = "record_count"
 SLOTS_PER_RECORD = "slots_per_rec"
 BUFFER_NAMESPACE = "buffer_ns"
 MAX_ENTRY_BYTES = "max_entry"
+ERASED_BELOW = "erased_below"  # dequeued slots below this offset were erased (where they could be)
 ENCODING = "encoding"
 
 # buffer bins (the fence bins share their names with the metadata counter's)
@@ -86,11 +87,18 @@ class QueueShape:
         """Index of ``offset``'s slot within its buffer record."""
         return offset % self.slots_per_record
 
-    def spans(self, start: int, stop: int) -> dict[int, list[int]]:
-        """Offsets of ``[start, stop)`` grouped by buffer record, records in first-touch order."""
-        grouped: dict[int, list[int]] = {}
-        for offset in range(start, stop):
-            grouped.setdefault(self.record_of(offset), []).append(offset)
+    def runs(self, start: int, stop: int) -> dict[int, list[range]]:
+        """Offsets of ``[start, stop)`` as runs of consecutive slots, grouped by buffer record.
+
+        Records come in first-touch order; a record holds two runs when the
+        range wraps around into its start.
+        """
+        grouped: dict[int, list[range]] = {}
+        offset = start
+        while offset < stop:
+            end = min(stop, (offset // self.slots_per_record + 1) * self.slots_per_record)
+            grouped.setdefault(self.record_of(offset), []).append(range(offset, end))
+            offset = end
         return grouped
 
 

@@ -10,9 +10,12 @@ shares the lock and the commit, so a batch of n entries costs
 Dequeued slots are erased, but never by the dequeue that delivers them:
 a dequeuer whose lock is broken while it is paused would otherwise erase an
 entry that is still at the head. Instead every dequeue erases the slots of
-its buffer record that lie below the head it read (dead for good, because the
-head only grows), so a dequeued value stays in the store at most until the
-next dequeue from its record or until its slot is reused.
+the buffer records it reads that lie below the head it read (dead for good,
+because the head only grows) and that no earlier dequeue erased: the
+metadata record keeps ``erased_below``, written by each dequeue's commit.
+A dequeued value therefore stays in the store at most until the next dequeue
+from its record or until its slot is reused, and a dequeue sends only the
+erasures it newly makes (a run of slots is one range operation).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import NATIVE, check_encoding, check_entries, max_entry_bytes
-from large_queue.backends import Backend, ListGetRange, ListSet, Operation, WriteMode, connect
+from large_queue.backends import Backend, ListGetRange, ListSetRange, Operation, WriteMode, connect
 from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
@@ -337,9 +340,12 @@ class Queue:
             )
         new_tail = tail + count
         now_ms = time.time_ns() // 1_000_000
-        for record, offsets in self.shape.spans(tail, new_tail).items():
+        for record, runs in self.shape.runs(tail, new_tail).items():
             writes = [
-                ListSet(rec.SLOTS, self.shape.slot_of(o), [o, values[o - tail], now_ms]) for o in offsets
+                ListSetRange(
+                    rec.SLOTS, self.shape.slot_of(run.start), [[o, values[o - tail], now_ms] for o in run]
+                )
+                for run in runs
             ]
             grant, _ = self._buffer_command(grant, record, writes, read=None)
         return grant, max(head, new_tail - self.capacity), new_tail
@@ -369,7 +375,7 @@ class Queue:
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
-            self.lock.commit(grant, head=new_head, known={"entries": taken})
+            self.lock.commit(grant, head=new_head, erased_below=grant.head, known={"entries": taken})
         if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
             log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
         return taken, skipped
@@ -385,36 +391,39 @@ class Queue:
         stop = head + min(max_entries, tail - head)
         taken: list[Entry] = []
         skipped = 0
-        for record, offsets in self.shape.spans(head, stop).items():
-            first = self.shape.slot_of(offsets[0])
-            last = max(self.shape.slot_of(o) for o in offsets)
-            if len(offsets) > 1 and self.shape.slot_of(offsets[-1]) < first:
-                first = 0  # the range wrapped around into the start of this record
+        erasable = self.shape.runs(self._first_erasable(grant), head)
+        for record, runs in self.shape.runs(head, stop).items():
+            first = min(self.shape.slot_of(run.start) for run in runs)
+            last = max(self.shape.slot_of(run[-1]) for run in runs)
             erase = [
-                ListSet(rec.SLOTS, self.shape.slot_of(o), None) for o in self._erasable(record, head, tail)
+                ListSetRange(rec.SLOTS, self.shape.slot_of(run.start), [None] * len(run))
+                for run in erasable.get(record, ())
             ]
             grant, slots = self._buffer_command(
                 grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
             )
-            for offset in offsets:
-                found = rec.slot_entry(
-                    self.name, record, slots[self.shape.slot_of(offset) - first], offset, self.encoding
-                )
-                if found is None:
-                    skipped += 1
-                else:
-                    taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
+            for run in runs:
+                for offset in run:
+                    found = rec.slot_entry(
+                        self.name, record, slots[self.shape.slot_of(offset) - first], offset, self.encoding
+                    )
+                    if found is None:
+                        skipped += 1
+                    else:
+                        taken.append(Entry(offset=offset, value=found[0], enqueued_at_ms=found[1]))
         taken.sort(key=lambda entry: entry.offset)  # records were visited in first-touch order
         return grant, taken, skipped, stop
 
-    def _erasable(self, record: int, head: int, tail: int) -> list[int]:
-        """Dequeued offsets of ``record`` whose slots no later lap has reused.
+    def _first_erasable(self, grant: LockGrant) -> int:
+        """The lowest dequeued offset whose slot may still hold its value and may be erased.
 
-        Offsets below ``head`` are dead for good; ``o + capacity >= tail``
-        means no committed entry has taken the slot since.
+        Offsets below ``erased_below`` were erased by earlier dequeues; a slot
+        more than one record's worth below the head is left to be reused;
+        ``o + capacity >= tail`` means no committed entry has taken the slot since.
         """
-        start = max(0, head - self.shape.slots_per_record, tail - self.capacity)
-        return [o for o in range(start, head) if self.shape.record_of(o) == record]
+        return max(
+            0, grant.erased_below, grant.head - self.shape.slots_per_record, grant.tail - self.capacity
+        )
 
     # --- sharing between nodes ----------------------------------------------------------
 
@@ -476,15 +485,24 @@ class Queue:
     # --- buffer access under the lock ------------------------------------------------------
 
     def _buffer_command(
-        self, grant: LockGrant, record: int, writes: list[ListSet], *, read: ListGetRange | None
+        self, grant: LockGrant, record: int, writes: list[ListSetRange], *, read: ListGetRange | None
     ) -> tuple[LockGrant, list[Any]]:
-        """One command on a buffer record under the lock: fenced writes, then a read.
+        """One command on a buffer record under the lock, renewing the lock first when due.
 
-        Renews the lock first when half its TTL has passed (long batches).
-        Returns the (possibly renewed) grant and the slots read.
+        Renews when half the lock TTL has passed (long batches). Returns the
+        (possibly renewed) grant and the slots read.
         """
         if time.monotonic() - grant.acquired_at > self.lock_ttl / 2:
             grant = self.lock.renew(grant)
+        return grant, self._fenced_command(grant, record, writes, read=read)
+
+    def _fenced_command(
+        self, grant: LockGrant, record: int, writes: list[ListSetRange], *, read: ListGetRange | None
+    ) -> list[Any]:
+        """Fenced writes, then a read, on one buffer record; returns the slots read.
+
+        ``LockLostError`` if a later holder's token has written the record.
+        """
         operations: list[Operation] = [*writes, *mark(grant.token)] if writes else []
         if read is not None:
             operations.append(read)
@@ -507,12 +525,12 @@ class Queue:
             raise errors.CorruptQueueError(
                 f"buffer record {record} of queue {self.name!r} is missing", queue=self.name
             ) from None
-        slots = result.get(rec.SLOTS, [])
+        slots: list[Any] = result.get(rec.SLOTS, [])
         if read is not None and not isinstance(slots, list):
             raise errors.CorruptQueueError(
                 f"buffer record {record} of queue {self.name!r} has no slot list", queue=self.name
             )
-        return grant, slots
+        return slots
 
     @staticmethod
     def _retrying_timeouts(command: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -33,11 +33,15 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert 3 <= per_call["enqueue (batches of 20)"] <= 4
     assert 3 <= per_call["dequeue (batches of 20)"] <= 4
     assert 2 <= per_call["owner dequeue (single, no lock)"] < 2.1
+    for figure in report.figures:  # each operation's floor replays exactly its own commands
+        assert figure.floor is not None and figure.floor.round_trips == figure.round_trips, figure.name
+        assert figure.floor.rate > 0 and figure.cpu_seconds > 0
     assert report.one.round_trips_per_call == 3
     assert report.one.operations == report.many.operations == 400
     assert report.many.round_trips_per_call >= 3  # plus refused lock attempts
     assert report.exactly_once
     assert len(report.ratios) == 1
+    assert any(line.startswith("  floor: the same commands") for line in report.lines())
     assert report.lines()[-1].startswith("2 producers vs 1: aggregate")
     assert report.lines()[-1].endswith("every entry exactly once: True")
 

@@ -141,13 +141,26 @@ def test_conditions_follow_aerospike_three_valued_logic() -> None:
     assert evaluate(BinExists("s"), bins, 0) is True
 
 
-def test_conditions_compile_to_filter_expressions() -> None:
+def test_conditions_compile_to_the_clients_filter_expressions() -> None:
+    from aerospike_helpers import expressions as exp
+
     condition = any_of(
         eq(StrBin("owner"), ""),
-        all_of(gt(SinceUpdateMs(), IntBin("ttl")), Not(BinExists("x")), le(IntBin("c"), 3)),
+        all_of(
+            gt(SinceUpdateMs(), IntBin("ttl")), Not(BinExists("x")), le(IntBin("c"), 3), lt(IntBin("c"), 9)
+        ),
     )
-    compiled = compile_condition(condition)
-    assert isinstance(compiled, list) and len(compiled) > 5
+    expected = exp.Or(
+        exp.Eq(exp.StrBin("owner"), ""),
+        exp.And(
+            exp.GT(exp.SinceUpdateTime(), exp.IntBin("ttl")),
+            exp.Not(exp.BinExists("x")),
+            exp.LE(exp.IntBin("c"), 3),
+            exp.LT(exp.IntBin("c"), 9),
+        ),
+    ).compile()
+    assert compile_condition(condition) == expected
+    assert compile_condition(eq(IntBin("n"), 5)) == exp.Eq(exp.IntBin("n"), 5).compile()
 
 
 def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:

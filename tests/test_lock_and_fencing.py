@@ -11,7 +11,7 @@ import pytest
 
 from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue
 from large_queue import _records as rec
-from large_queue.backends import ListSet
+from large_queue.backends import ListSetRange
 from large_queue.fencing import FencingToken
 from tests.fix_backends import Store
 
@@ -51,9 +51,10 @@ def test_stale_writer_is_fenced_and_cannot_commit(store: Store) -> None:
     store.advance(TTL * 2)
     # t=2 TTL: B breaks the lock and enqueues at offset 0 (buffer record 0).
     assert queue.enqueue("B's entry", txn_id="B") == 0
-    # A resumes: its write to record 0 carries an older token and is refused.
+    # A resumes (it had decided its lock needed no renewal before it paused):
+    # its write to record 0 carries an older token and is refused.
     with pytest.raises(LockLostError, match="later holder"):
-        queue._buffer_command(stale, 0, [ListSet(rec.SLOTS, 0, [0, "A's entry", 0])], read=None)
+        queue._fenced_command(stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's entry", 0]])], read=None)
     with pytest.raises(LockLostError):
         queue.lock.commit(stale, tail=1)
     assert queue.get(0).value == "B's entry"  # type: ignore[union-attr]
@@ -78,7 +79,7 @@ def test_stale_writer_on_an_untouched_record_stays_invisible(store: Store) -> No
     store.advance(TTL * 2)
     queue.enqueue("B", txn_id="B")  # record 0
     # A writes record 1 (nobody newer touched it): allowed, but beyond the tail.
-    queue._buffer_command(stale, 1, [ListSet(rec.SLOTS, 0, [3, "ghost", 0])], read=None)
+    queue._fenced_command(stale, 1, [ListSetRange(rec.SLOTS, 0, [[3, "ghost", 0]])], read=None)
     assert queue.get(3) is None
     queue.enqueue_batch(["c", "d", "e"])  # offsets 1..3: record 1 slot 0 is rewritten
     assert [e.value for e in queue.dequeue_batch(10)] == ["B", "c", "d", "e"]
@@ -102,5 +103,5 @@ def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
         txn_id="A", token=FencingToken(0, 2), head=stale.head, tail=stale.tail, acquired_at=stale.acquired_at
     )
     with pytest.raises(LockLostError):
-        queue._buffer_command(old_epoch, 0, [ListSet(rec.SLOTS, 0, [0, "old", 0])], read=None)
+        queue._fenced_command(old_epoch, 0, [ListSetRange(rec.SLOTS, 0, [[0, "old", 0]])], read=None)
     assert [e.value for e in wrapping.dequeue_batch(10)] == [0, 1, 2, 3, 4]

@@ -12,6 +12,8 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue import _records as rec
+from large_queue.backends import ListSetRange
+from large_queue.backends.faults import FaultInjectingBackend
 from tests.fix_backends import Store
 
 
@@ -135,6 +137,24 @@ def test_dequeued_slots_are_erased(store: Store) -> None:
     queue.enqueue_batch(["p", "q", "r"])  # offsets 6, 7, 8 reuse record 0
     slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
     assert [s[1] for s in slots] == ["p", "q", "r"]
+
+
+def test_each_dequeue_erases_only_the_slots_it_newly_passes(store: Store) -> None:
+    faulty = FaultInjectingBackend(store.backend)
+    queue = Queue.open(faulty, store.new_queue(capacity=20, slots_per_record=10).name)
+    queue.enqueue_batch(range(20))
+    erased_per_dequeue = []
+    for _ in range(9):
+        faulty.calls.clear()
+        queue.dequeue()
+        (buffer_command,) = [call for call in faulty.calls if call.is_buffer]
+        ranges = [op for op in buffer_command.operations if isinstance(op, ListSetRange)]
+        erased_per_dequeue.append(sum(len(op.values) for op in ranges))
+        assert all(value is None for op in ranges for value in op.values)
+    assert erased_per_dequeue == [0] + [1] * 8  # each erases its predecessor's slot, once
+    queue.dequeue_batch(5)  # offsets 9..13: erases slot 8 of record 0, nothing it delivers
+    slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
+    assert slots[:9] == [None] * 9 and slots[9][1] == 9
 
 
 def test_create_open_delete(store: Store) -> None:

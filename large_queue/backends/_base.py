@@ -9,9 +9,10 @@ which is how the benchmark reports round trips per queue operation.
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,15 @@ class ListSet:
 
 
 @dataclass(frozen=True)
+class ListSetRange:
+    """Set ``len(values)`` consecutive elements of a list bin, from ``index``."""
+
+    bin: str
+    index: int
+    values: list[Any]
+
+
+@dataclass(frozen=True)
 class ListGetRange:
     """Return ``count`` elements of a list bin from ``index``."""
 
@@ -97,7 +107,7 @@ class ReadSinceUpdate:
     bin: str
 
 
-Operation = Read | Write | Increment | ListSet | ListGetRange | ReadSinceUpdate
+Operation = Read | Write | Increment | ListSet | ListSetRange | ListGetRange | ReadSinceUpdate
 READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate)
 
 
@@ -170,6 +180,16 @@ class Backend(ABC):
     @abstractmethod
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""
+
+    def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
+        """One command with every argument prepared ahead, as the store itself takes it.
+
+        Calling the result sends the command and returns the store's raw
+        answer, with none of this interface's work around it: the benchmark's
+        floor. A store that is a library of its own (the embedded one) has no
+        lower layer, so its prepared command is the interface call itself.
+        """
+        return functools.partial(getattr(self, method), *args, **kwargs)
 
     @abstractmethod
     def close(self) -> None:

@@ -14,18 +14,26 @@ The ``aerospike`` package is imported here only, so the rest of the library
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
+
+import aerospike
+from aerospike import exception as aerospike_exception
+from aerospike_helpers import expressions as exp
+from aerospike_helpers.operations import expression_operations
 
 from large_queue import errors
 from large_queue.backends import conditions as c
 from large_queue.backends._base import (
+    READ_OPERATIONS,
     Backend,
     Increment,
     ListGetRange,
     ListSet,
+    ListSetRange,
     Operation,
     Read,
     ReadSinceUpdate,
@@ -69,8 +77,6 @@ def _attribute(exc: BaseException, name: str, position: int) -> Any:
 
 def translate(exc: BaseException) -> errors.BackendError:
     """The library error for an ``aerospike.exception`` instance."""
-    from aerospike import exception as aerospike_exception
-
     code = _attribute(exc, "code", 0)
     message = _attribute(exc, "msg", 1) or str(exc)
     in_doubt = bool(_attribute(exc, "in_doubt", 4))
@@ -87,66 +93,123 @@ def translate(exc: BaseException) -> errors.BackendError:
     return cls(f"aerospike error {code}: {message}", code=code, in_doubt=in_doubt)
 
 
-@contextlib.contextmanager
-def mapped_errors() -> Iterator[None]:
+class _MappedErrors:
     """Re-raise client exceptions as library errors, ``from`` the original."""
-    from aerospike import exception as aerospike_exception
 
-    try:
-        yield
-    except aerospike_exception.AerospikeError as exc:
-        raise translate(exc) from exc
+    def __enter__(self) -> None:
+        return None
 
-
-def compile_condition(condition: c.Condition) -> Any:
-    """Compile a condition tree to an Aerospike filter expression."""
-    return _expression(condition).compile()
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, aerospike_exception.AerospikeError):
+            raise translate(exc) from exc
 
 
-def _expression(node: Any) -> Any:
-    from aerospike_helpers import expressions as exp
+#: ``with mapped_errors: ...`` turns client exceptions into library errors
+mapped_errors = _MappedErrors()
 
+
+# Compiled expressions are lists of (op, result type, fixed, children) tuples.
+# The headers below are taken from ``aerospike_helpers``' own compiled output
+# once, at import, so conditions compile by appending tuples: building and
+# compiling helper objects at every command cost about 20 us a condition.
+_COMPARE_HEADS = {
+    symbol: builder(0, 0).compile()[0]
+    for symbol, builder in {
+        "==": exp.Eq,
+        "!=": exp.NE,
+        "<": exp.LT,
+        "<=": exp.LE,
+        ">": exp.GT,
+        ">=": exp.GE,
+    }.items()
+}
+_AND_OF_TWO = exp.And(0, 0).compile()
+_OR_OF_TWO = exp.Or(0, 0).compile()
+_NOT_HEAD = exp.Not(0).compile()[0]
+_SINCE_UPDATE = exp.SinceUpdateTime().compile()[0]
+_VALUE = _AND_OF_TWO[1]  # (op, type, {"val": 0}, 0)
+
+
+_BIN_LEAVES = {c.IntBin: exp.IntBin, c.StrBin: exp.StrBin, c.BinExists: exp.BinExists}
+
+
+@functools.cache
+def _bin_leaf(kind: str, name: str) -> tuple[Any, ...]:
+    builder = next(b for node, b in _BIN_LEAVES.items() if node.__name__ == kind)
+    compiled: tuple[Any, ...] = builder(name).compile()[0]
+    return compiled
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_condition(condition: c.Condition) -> list[tuple[Any, ...]]:
+    """Compile a condition tree to an Aerospike filter expression (cached)."""
+    compiled: list[tuple[Any, ...]] = []
+    _emit(condition, compiled)
+    return compiled
+
+
+def _emit(node: Any, out: list[tuple[Any, ...]]) -> None:
     if isinstance(node, c.Compare):
-        builder = {"==": exp.Eq, "!=": exp.NE, "<": exp.LT, "<=": exp.LE, ">": exp.GT, ">=": exp.GE}
-        return builder[node.op](_expression(node.left), _expression(node.right))
-    if isinstance(node, c.And):
-        return exp.And(*(_expression(p) for p in node.parts))
-    if isinstance(node, c.Or):
-        return exp.Or(*(_expression(p) for p in node.parts))
-    if isinstance(node, c.Not):
-        return exp.Not(_expression(node.part))
-    if isinstance(node, c.BinExists):
-        return exp.BinExists(node.name)
-    if isinstance(node, c.IntBin):
-        return exp.IntBin(node.name)
-    if isinstance(node, c.StrBin):
-        return exp.StrBin(node.name)
-    if isinstance(node, c.SinceUpdateMs):
-        return exp.SinceUpdateTime()
-    if isinstance(node, (int, str)):
-        return node
-    raise TypeError(f"not a condition node: {node!r}")
-
-
-def _operation(op: Operation) -> dict[str, Any]:
-    from aerospike_helpers import expressions as exp
-    from aerospike_helpers.operations import expression_operations, list_operations, operations
-
-    built: dict[str, Any]
-    if isinstance(op, Read):
-        built = operations.read(op.bin)
-    elif isinstance(op, Write):
-        built = operations.write(op.bin, op.value)
-    elif isinstance(op, Increment):
-        built = operations.increment(op.bin, op.by)
-    elif isinstance(op, ListSet):
-        built = list_operations.list_set(op.bin, op.index, op.value)
-    elif isinstance(op, ListGetRange):
-        built = list_operations.list_get_range(op.bin, op.index, op.count)
-    elif isinstance(op, ReadSinceUpdate):
-        built = expression_operations.expression_read(op.bin, exp.SinceUpdateTime().compile())
+        out.append(_COMPARE_HEADS[node.op])
+        _emit(node.left, out)
+        _emit(node.right, out)
+    elif isinstance(node, (c.And, c.Or)):
+        head, *_, end = _AND_OF_TWO if isinstance(node, c.And) else _OR_OF_TWO
+        out.append((head[0], head[1], head[2], head[3] - 2 + len(node.parts)))
+        for part in node.parts:
+            _emit(part, out)
+        out.append(end)
+    elif isinstance(node, c.Not):
+        out.append(_NOT_HEAD)
+        _emit(node.part, out)
+    elif isinstance(node, (c.IntBin, c.StrBin, c.BinExists)):
+        out.append(_bin_leaf(type(node).__name__, node.name))
+    elif isinstance(node, c.SinceUpdateMs):
+        out.append(_SINCE_UPDATE)
+    elif isinstance(node, (int, str)):
+        out.append((_VALUE[0], _VALUE[1], {"val": node}, _VALUE[3]))
     else:
-        raise TypeError(f"unknown operation {op!r}")
+        raise TypeError(f"not a condition node: {node!r}")
+
+
+_READ_SINCE_UPDATE = [_SINCE_UPDATE]
+
+
+def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
+    """The client's operation dictionaries for ``operations``, in order."""
+    built: list[dict[str, Any]] = []
+    for op in operations:
+        if isinstance(op, Read):
+            built.append({"op": aerospike.OPERATOR_READ, "bin": op.bin})
+        elif isinstance(op, Write):
+            built.append({"op": aerospike.OPERATOR_WRITE, "bin": op.bin, "val": op.value})
+        elif isinstance(op, Increment):
+            built.append({"op": aerospike.OPERATOR_INCR, "bin": op.bin, "val": op.by})
+        elif isinstance(op, ListSet):
+            built.append({"op": aerospike.OP_LIST_SET, "bin": op.bin, "index": op.index, "val": op.value})
+        elif isinstance(op, ListSetRange):
+            # Aerospike has no "set a range": remove it and insert the new values, in one command.
+            built.append(
+                {
+                    "op": aerospike.OP_LIST_REMOVE_RANGE,
+                    "bin": op.bin,
+                    "index": op.index,
+                    "val": len(op.values),
+                }
+            )
+            built.append(
+                {"op": aerospike.OP_LIST_INSERT_ITEMS, "bin": op.bin, "index": op.index, "val": op.values}
+            )
+        elif isinstance(op, ListGetRange):
+            built.append(
+                {"op": aerospike.OP_LIST_GET_RANGE, "bin": op.bin, "index": op.index, "val": op.count}
+            )
+        elif isinstance(op, ReadSinceUpdate):
+            built.append(expression_operations.expression_read(op.bin, _READ_SINCE_UPDATE))
+        else:
+            raise TypeError(f"unknown operation {op!r}")
     return built
 
 
@@ -171,8 +234,6 @@ class AerospikeSettings:
 
     def client_config(self) -> dict[str, Any]:
         """The configuration dictionary for ``aerospike.client``."""
-        import aerospike
-
         hosts: list[tuple[Any, ...]] = [
             (host, port, self.tls_name) if self.tls_name else (host, port) for host, port in self.hosts
         ]
@@ -202,25 +263,37 @@ class AerospikeBackend(Backend):
         self, client: Any, *, namespace: str = "test", owns_client: bool = False, total_timeout_ms: int = 1000
     ) -> None:
         super().__init__()
-        import aerospike
-
-        self._aerospike = aerospike
         if not client.is_connected():
-            with mapped_errors():
+            with mapped_errors:
                 client.connect()
         self.client = client
         self.default_namespace = namespace
         self._owns_client = owns_client
-        key_send = aerospike.POLICY_KEY_SEND
-        self._read_policy = {"total_timeout": total_timeout_ms, "max_retries": 2}
-        self._write_policy = {"total_timeout": total_timeout_ms, "max_retries": 0, "key": key_send}
+        # Reads may be retried by the client; writes never are (a timed-out
+        # write may have been applied: only the caller can tell if repeating it is safe).
+        self._read_policy: dict[str, Any] = {"total_timeout": total_timeout_ms, "max_retries": 2}
+        self._write_policy: dict[str, Any] = {
+            "total_timeout": total_timeout_ms,
+            "max_retries": 0,
+            "key": aerospike.POLICY_KEY_SEND,
+        }
+        self._put_policies = {
+            mode: dict(self._write_policy, exists=exists)
+            for mode, exists in {
+                WriteMode.UPSERT: aerospike.POLICY_EXISTS_IGNORE,
+                WriteMode.CREATE_ONLY: aerospike.POLICY_EXISTS_CREATE,
+                WriteMode.UPDATE_ONLY: aerospike.POLICY_EXISTS_UPDATE,
+                WriteMode.REPLACE: aerospike.POLICY_EXISTS_REPLACE,
+            }.items()
+        }
+        self._operate_policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
+        self._operate_read_policy = dict(self._read_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
+        self._keep_ttl: dict[str, int] = {"ttl": aerospike.TTL_DONT_UPDATE}
 
     @classmethod
     def connect(cls, settings: AerospikeSettings) -> AerospikeBackend:
         """Open a new client for ``settings``."""
-        import aerospike
-
-        with mapped_errors():
+        with mapped_errors:
             client = aerospike.client(settings.client_config())
             if not client.is_connected():
                 client.connect()
@@ -239,7 +312,7 @@ class AerospikeBackend(Backend):
         """Read a whole record, or None if it does not exist."""
         self._count()
         try:
-            with mapped_errors():
+            with mapped_errors:
                 _, meta, bins = self.client.get(self._key(key), policy=self._read_policy)
         except errors.RecordNotFoundError:
             return None
@@ -255,20 +328,13 @@ class AerospikeBackend(Backend):
         ttl: int | None = None,
     ) -> None:
         """Write bins; ``mode`` and ``generation`` guard the write."""
-        aerospike = self._aerospike
-        exists = {
-            WriteMode.UPSERT: aerospike.POLICY_EXISTS_IGNORE,
-            WriteMode.CREATE_ONLY: aerospike.POLICY_EXISTS_CREATE,
-            WriteMode.UPDATE_ONLY: aerospike.POLICY_EXISTS_UPDATE,
-            WriteMode.REPLACE: aerospike.POLICY_EXISTS_REPLACE,
-        }[mode]
-        policy = dict(self._write_policy, exists=exists)
+        policy = self._put_policies[mode]
         meta: dict[str, int] = {"ttl": aerospike.TTL_NEVER_EXPIRE if ttl is None else ttl}
         if generation is not None:
-            policy["gen"] = aerospike.POLICY_GEN_EQ
+            policy = dict(policy, gen=aerospike.POLICY_GEN_EQ)
             meta["gen"] = generation
         self._count()
-        with mapped_errors():
+        with mapped_errors:
             self.client.put(self._key(key), bins, meta=meta, policy=policy)
 
     def operate(
@@ -280,26 +346,48 @@ class AerospikeBackend(Backend):
         generation: int | None = None,
     ) -> dict[str, Any]:
         """Apply operations atomically to an existing record; return the reads."""
-        aerospike = self._aerospike
-        policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
-        meta: dict[str, int] = {"ttl": aerospike.TTL_DONT_UPDATE}
-        if condition is not None:
-            policy["expressions"] = compile_condition(condition)
-        if generation is not None:
-            policy["gen"] = aerospike.POLICY_GEN_EQ
-            meta["gen"] = generation
+        command = self._operate_command(key, operations, condition, generation)
         self._count()
-        with mapped_errors():
-            _, _, bins = self.client.operate(
-                self._key(key), [_operation(op) for op in operations], meta=meta, policy=policy
-            )
-        return dict(bins or {})
+        with mapped_errors:
+            _, _, bins = command()
+        return bins or {}
+
+    def _operate_command(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        condition: c.Condition | None,
+        generation: int | None,
+    ) -> Callable[[], tuple[Any, Any, dict[str, Any] | None]]:
+        reads_only = all(isinstance(op, READ_OPERATIONS) for op in operations)
+        policy = self._operate_read_policy if reads_only else self._operate_policy
+        meta: dict[str, int] = self._keep_ttl
+        if condition is not None or generation is not None:
+            policy = dict(policy)
+            if condition is not None:
+                policy["expressions"] = compile_condition(condition)
+            if generation is not None:
+                policy["gen"] = aerospike.POLICY_GEN_EQ
+                meta = {"ttl": aerospike.TTL_DONT_UPDATE, "gen": generation}
+        return functools.partial(
+            self.client.operate, self._key(key), _operations(operations), meta=meta, policy=policy
+        )
+
+    def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
+        """The client call for ``operate`` or ``batch_get`` with its arguments built ahead."""
+        if method == "operate":
+            (key, operations) = args
+            return self._operate_command(key, operations, kwargs.get("condition"), kwargs.get("generation"))
+        if method == "batch_get":
+            (keys,) = args
+            return functools.partial(self.client.batch_read, [self._key(k) for k in keys])
+        return super().prepare(method, *args, **kwargs)
 
     def remove(self, key: RecordKey) -> bool:
         """Delete a record; False if it did not exist."""
         self._count()
         try:
-            with mapped_errors():
+            with mapped_errors:
                 self.client.remove(self._key(key), policy=self._write_policy)
         except errors.RecordNotFoundError:
             return False
@@ -308,7 +396,7 @@ class AerospikeBackend(Backend):
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""
         self._count()
-        with mapped_errors():
+        with mapped_errors:
             batch = self.client.batch_read([self._key(k) for k in keys])
         records: list[Record | None] = []
         for item in batch.batch_records:

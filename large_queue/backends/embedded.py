@@ -41,6 +41,7 @@ from large_queue.backends._base import (
     Increment,
     ListGetRange,
     ListSet,
+    ListSetRange,
     Operation,
     Read,
     ReadSinceUpdate,
@@ -466,6 +467,15 @@ def _apply(
                     errors.BinTypeError, f"index {op.index} outside list bin {op.bin!r} of {key.user_key}"
                 )
             target[op.index] = op.value
+        elif isinstance(op, ListSetRange):
+            target = _list_bin(key, bins, op.bin)
+            if not (op.index >= 0 and op.index + len(op.values) <= len(target)):
+                raise _fail(
+                    errors.BinTypeError,
+                    f"range {op.index}..{op.index + len(op.values) - 1} outside list bin {op.bin!r}"
+                    f" of {key.user_key}",
+                )
+            target[op.index : op.index + len(op.values)] = op.values
         elif isinstance(op, ListGetRange):
             target = _list_bin(key, bins, op.bin)
             results[op.bin] = target[op.index : op.index + op.count]

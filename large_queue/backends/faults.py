@@ -67,6 +67,8 @@ class FaultInjectingBackend(Backend):
         self.default_namespace = inner.default_namespace
         self._faults: list[_Fault] = []
         self.injected = 0
+        #: every write command seen, in order
+        self.calls: list[Call] = []
 
     def inject(self, when: Callable[[Call], bool], *, applied: bool, times: int = 1) -> None:
         """The next ``times`` writes matching ``when`` time out in doubt.
@@ -78,6 +80,7 @@ class FaultInjectingBackend(Backend):
 
     def _through(self, call: Call, run: Callable[[], Any]) -> Any:
         self._count()
+        self.calls.append(call)
         fault = next((f for f in self._faults if f.remaining and f.when(call)), None)
         if fault is None:
             return run()

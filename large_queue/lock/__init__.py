@@ -27,6 +27,7 @@ holds the lock.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_r
 from large_queue import errors
 from large_queue._guarded import guarded_write
 from large_queue._records import (
+    ERASED_BELOW,
     FENCE_COUNTER,
     FENCE_EPOCH,
     HEAD,
@@ -78,6 +80,11 @@ class LockGrant:
     head: int
     tail: int
     acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
+    erased_below: int = 0  # dequeued slots below this offset were already erased
+
+
+#: the lock has no owner, or its owner has been silent longer than the TTL
+_FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
 
 
 class _Busy(Exception):
@@ -101,11 +108,6 @@ class QueueLock:
         self.counter_limit = counter_limit
 
     @staticmethod
-    def free_or_expired() -> Condition:
-        """The lock has no owner, or its owner has been silent longer than the TTL."""
-        return any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
-
-    @staticmethod
     def held_by(grant: LockGrant) -> Condition:
         """The lock is still this grant's: same owner and no later token issued."""
         return all_of(
@@ -126,8 +128,9 @@ class QueueLock:
                     Read(TAIL),
                     Read(FENCE_EPOCH),
                     Read(FENCE_COUNTER),
+                    Read(ERASED_BELOW),
                 ],
-                condition=self.free_or_expired(),
+                condition=_FREE_OR_EXPIRED,
             )
         except errors.ConditionNotMetError:
             raise _Busy() from None
@@ -145,6 +148,7 @@ class QueueLock:
             head=state[HEAD],
             tail=state[TAIL],
             acquired_at=time.monotonic(),
+            erased_below=state.get(ERASED_BELOW, 0),
         )
         if grant.token.counter >= self.counter_limit:
             grant = self._start_epoch(grant)
@@ -174,13 +178,7 @@ class QueueLock:
             [Write(FENCE_EPOCH, grant.token.epoch + 1), Write(FENCE_COUNTER, 0)],
             "starting a new fencing epoch",
         )
-        return LockGrant(
-            txn_id=grant.txn_id,
-            token=FencingToken(grant.token.epoch + 1, 0),
-            head=grant.head,
-            tail=grant.tail,
-            acquired_at=grant.acquired_at,
-        )
+        return dataclasses.replace(grant, token=FencingToken(grant.token.epoch + 1, 0))
 
     def acquire(self, txn_id: str) -> LockGrant:
         """Acquire the lock, retrying with jittered backoff; ``LockNotAcquiredError`` on timeout."""
@@ -245,13 +243,7 @@ class QueueLock:
     def renew(self, grant: LockGrant) -> LockGrant:
         """Restart the lock's expiry clock; ``LockLostError`` if it is no longer held."""
         self._guarded(grant, [Write(LOCK_OWNER, grant.txn_id)], "renewing the lock")
-        return LockGrant(
-            txn_id=grant.txn_id,
-            token=grant.token,
-            head=grant.head,
-            tail=grant.tail,
-            acquired_at=time.monotonic(),
-        )
+        return dataclasses.replace(grant, acquired_at=time.monotonic())
 
     def commit(
         self,
@@ -259,10 +251,12 @@ class QueueLock:
         *,
         head: int | None = None,
         tail: int | None = None,
+        erased_below: int | None = None,
         known: dict[str, Any] | None = None,
     ) -> None:
         """Publish new head/tail and release, in one write, only if still held.
 
+        ``erased_below`` records how far dequeued slots have been erased.
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
         cannot be told (what the operation would have changed).
         """
@@ -271,6 +265,8 @@ class QueueLock:
             operations.append(Write(HEAD, head))
         if tail is not None and tail != grant.tail:
             operations.append(Write(TAIL, tail))
+        if erased_below is not None and erased_below != grant.erased_below:
+            operations.append(Write(ERASED_BELOW, erased_below))
         self._guarded(grant, operations, "the commit", known)
 
     def release(self, grant: LockGrant) -> None:

@@ -1,0 +1,144 @@
+"""Floors for the benchmark: an operation's own store commands, with no library code around them.
+
+A bench phase runs on three twin queues that start alike and receive the
+same operations: once timed through the library, once recorded (untimed),
+and once as the recorded commands replayed against the third twin, every
+command prepared ahead (:meth:`Backend.prepare`: keys, operations,
+compiled conditions and policies all built before the clock starts).
+Replaying the same commands from the same state gives the same outcomes
+(the lock is free at each acquire, fencing tokens follow the same sequence),
+so the timed replay is the least the operation can cost: its round trips
+and the store's client, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from large_queue import errors
+from large_queue.backends import Backend, Operation, Record, RecordKey, WriteMode
+from large_queue.backends.conditions import Condition
+
+
+@dataclass(frozen=True)
+class Command:
+    """One interface call as it was made."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    refused: bool = False  # it raised (a create-only put of an existing record, say)
+
+
+class Recording(Backend):
+    """Passes every command through to ``inner`` and appends it to ``log``."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__()
+        self.inner = inner
+        self.default_namespace = inner.default_namespace
+        self.log: list[Command] = []
+
+    def _keep(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self._count()
+        try:
+            result = getattr(self.inner, method)(*args, **kwargs)
+        except errors.LargeQueueError:
+            self.log.append(Command(method, args, kwargs, refused=True))
+            raise
+        self.log.append(Command(method, args, kwargs))
+        return result
+
+    def get(self, key: RecordKey) -> Record | None:
+        """Read through, recorded."""
+        record: Record | None = self._keep("get", key)
+        return record
+
+    def put(
+        self,
+        key: RecordKey,
+        bins: dict[str, Any],
+        *,
+        mode: WriteMode = WriteMode.UPSERT,
+        generation: int | None = None,
+        ttl: int | None = None,
+    ) -> None:
+        """Write through, recorded."""
+        self._keep("put", key, dict(bins), mode=mode, generation=generation, ttl=ttl)
+
+    def operate(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        *,
+        condition: Condition | None = None,
+        generation: int | None = None,
+    ) -> dict[str, Any]:
+        """Operate through, recorded."""
+        result: dict[str, Any] = self._keep(
+            "operate", key, list(operations), condition=condition, generation=generation
+        )
+        return result
+
+    def remove(self, key: RecordKey) -> bool:
+        """Remove through, recorded."""
+        removed: bool = self._keep("remove", key)
+        return removed
+
+    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
+        """Batch-read through, recorded."""
+        records: list[Record | None] = self._keep("batch_get", list(keys))
+        return records
+
+    def close(self) -> None:
+        """Nothing to close: the inner store belongs to the caller."""
+
+
+def _renamed(value: Any, source: str, target: str) -> Any:
+    if isinstance(value, RecordKey) and value.set_name == source:
+        return replace(value, set_name=target)
+    if isinstance(value, list) and value and isinstance(value[0], RecordKey):
+        return [_renamed(item, source, target) for item in value]
+    return value
+
+
+def prepare(commands: Sequence[Command], backend: Backend, *, source: str, target: str) -> list[Replay]:
+    """``commands`` recorded on queue ``source``, prepared to run on its twin ``target``."""
+    return [
+        Replay(
+            command,
+            backend.prepare(
+                command.method, *(_renamed(arg, source, target) for arg in command.args), **command.kwargs
+            ),
+        )
+        for command in commands
+    ]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recorded command and its prepared call on the twin queue."""
+
+    command: Command
+    call: Callable[[], object]
+
+
+def run(replays: Sequence[Replay]) -> None:
+    """Send the prepared commands in order; an outcome other than the recorded one is an error."""
+    for replay in replays:
+        try:
+            replay.call()
+        except Exception as exc:
+            if replay.command.refused:
+                continue
+            raise errors.LargeQueueError(
+                f"the floor's replay of {replay.command.method} on {replay.command.args[0]!r} failed"
+                f" ({type(exc).__name__}: {exc}): the twin queue no longer matches the recorded one"
+            ) from exc
+        if replay.command.refused:
+            raise errors.LargeQueueError(
+                f"the floor's replay of {replay.command.method} on {replay.command.args[0]!r} was applied"
+                " where the recorded command was refused: the twin queue no longer matches the recorded one"
+            )

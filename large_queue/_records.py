@@ -29,6 +29,11 @@ ENCODED_FORMAT_VERSION = 2
 
 METADATA_KEY = "queue-metadata"
 BUFFER_KEY_PREFIX = "queue-buffer-"
+# the cluster shim's records (large_queue.cluster), in the metadata namespace
+OWNER_KEY = "queue-owner"
+NODES_KEY = "queue-nodes"
+NODE_KEY_PREFIX = "queue-node-"
+NODES = "nodes"  # bin of the nodes record: the ids of nodes that ever joined
 
 # metadata bins (Aerospike bin names are at most 15 bytes)
 FORMAT = "format"
@@ -118,6 +123,20 @@ class QueueKeys:
     def buffer(self, record_index: int) -> RecordKey:
         """Key of buffer record ``record_index``."""
         return RecordKey(self.buffer_namespace, self.name, f"{BUFFER_KEY_PREFIX}{record_index}")
+
+    @property
+    def owner(self) -> RecordKey:
+        """Key of the cluster shim's owner record."""
+        return RecordKey(self.metadata_namespace, self.name, OWNER_KEY)
+
+    @property
+    def nodes(self) -> RecordKey:
+        """Key of the cluster shim's list of nodes."""
+        return RecordKey(self.metadata_namespace, self.name, NODES_KEY)
+
+    def node(self, node_id: str) -> RecordKey:
+        """Key of a node's heartbeat record."""
+        return RecordKey(self.metadata_namespace, self.name, f"{NODE_KEY_PREFIX}{node_id}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -264,8 +264,10 @@ class Queue:
         """Delete a queue and all its records; False if it did not exist.
 
         The metadata record goes first, so no new operation can start on a
-        half-deleted queue; buffer records left by an interrupted delete are
-        replaced when a queue of that name is created again.
+        half-deleted queue; then the buffer records and the cluster shim's
+        records, so a queue created again under the name starts afresh.
+        Buffer records left by an interrupted delete are replaced when a
+        queue of that name is created again.
         """
         backend = connect(store)
         rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
@@ -285,6 +287,13 @@ class Queue:
             )
             for index in range(record_count):
                 backend.remove(buffers.buffer(index))
+        nodes = backend.get(keys.nodes)
+        node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
+        for node_id in node_ids if isinstance(node_ids, list) else []:
+            if isinstance(node_id, str):
+                backend.remove(keys.node(node_id))
+        backend.remove(keys.nodes)
+        backend.remove(keys.owner)
         return True
 
     # --- producing -------------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""Pytest plugin: the ``store`` fixture, one test run per backend.
+"""Pytest plugin: the ``store`` and ``place`` fixtures, one test run per backend.
 
-The embedded store always runs, with a clock the tests move by hand. The
-Aerospike store runs when ``LARGE_QUEUE_TEST_AEROSPIKE=host:port`` is set, or
-through testcontainers when a Docker engine answers; otherwise its tests are
-skipped with the reason. Known differences between the two stores are named
-in ``KNOWN_DIFFERENCES``, not tested for by name in the tests.
+``store`` gives a backend in this process; on the embedded store its clock is
+moved by the tests by hand. ``place`` gives a store URL that other processes
+(nodes, producers, Spark workers, the command line) open themselves, with
+real clocks on both stores. The embedded store always runs. The Aerospike
+store runs when ``LARGE_QUEUE_TEST_AEROSPIKE=host:port`` is set (a server
+with namespaces ``test`` and ``bar``), or through testcontainers when a
+Docker engine answers; otherwise its tests are skipped with the reason.
+Known differences between the two stores are named in
+``KNOWN_DIFFERENCES``, not tested for by name in the tests.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from large_queue.queue import Queue
 AEROSPIKE_ENVIRONMENT_VARIABLE = "LARGE_QUEUE_TEST_AEROSPIKE"
 AEROSPIKE_IMAGE = "aerospike/aerospike-server:8.1.0.0"
 
+#: the second namespace every test store has (docker/aerospike.conf configures it too)
+SECOND_NAMESPACE = "bar"
+
 KNOWN_DIFFERENCES = {
     "movable_clock": "the Aerospike server's clock cannot be moved: lock-expiry tests wait instead",
-    "second_namespace": "the test Aerospike server has one namespace, 'test'",
     "configurable_record_size": "the record size limit is a server setting on Aerospike",
 }
 
@@ -42,6 +48,11 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now_ns += int(seconds * 1_000_000_000)
+
+
+def unique_name(base: str) -> str:
+    """A queue name no other test (or earlier run against the same server) uses."""
+    return f"{base}-{uuid.uuid4().hex[:10]}"
 
 
 @dataclass
@@ -62,7 +73,7 @@ class Store:
 
     def new_queue(self, **options: object) -> Queue:
         """A new queue with a unique name, deleted after the test."""
-        name = f"t-{uuid.uuid4().hex[:12]}"
+        name = unique_name("t")
         self.created.append(name)
         options.setdefault("capacity", 12)
         options.setdefault("slots_per_record", 3)
@@ -103,7 +114,7 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
     if request.param == "embedded":
         clock = ManualClock()
         backend: Backend = EmbeddedBackend(
-            os.path.join(str(tmp_path), "store.db"), namespaces=("test", "other"), clock=clock
+            os.path.join(str(tmp_path), "store.db"), namespaces=("test", SECOND_NAMESPACE), clock=clock
         )
         result = Store("embedded", backend, clock.advance, clock=clock)
     else:
@@ -113,9 +124,43 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
             "aerospike",
             backend,
             time.sleep,
-            lacks=frozenset({"movable_clock", "second_namespace", "configurable_record_size"}),
+            lacks=frozenset({"movable_clock", "configurable_record_size"}),
         )
     yield result
     for name in result.created:
+        Queue.delete(backend, name)
+    backend.close()
+
+
+@dataclass
+class Place:
+    """A store every process can open by URL, and the queues a test made there."""
+
+    kind: str
+    url: str
+    names: list[str] = field(default_factory=list)
+
+    def name(self, base: str) -> str:
+        """A unique queue name, deleted (with its queue) after the test."""
+        name = unique_name(base)
+        self.names.append(name)
+        return name
+
+    def connect(self) -> Backend:
+        """A new connection to the store."""
+        return connect(self.url)
+
+
+@pytest.fixture(params=["embedded", "aerospike"])
+def place(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Place]:
+    """A store URL for tests that run other processes, once per backend."""
+    if request.param == "embedded":
+        url = f"embedded://{tmp_path}/store.db?namespaces=test,{SECOND_NAMESPACE}"
+    else:
+        url = f"aerospike://{request.getfixturevalue('aerospike_address')}/test"
+    result = Place(request.param, url)
+    yield result
+    backend = result.connect()
+    for name in result.names:
         Queue.delete(backend, name)
     backend.close()

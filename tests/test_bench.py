@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from large_queue import _bench
+from tests.fix_backends import Place
 
 
 def test_bench_counts_round_trips_and_accounts_for_every_entry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    place: Place, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_bench, "CONCURRENT_ROUNDS", 1)
     report = _bench.measure(
-        f"embedded://{tmp_path}/bench.db",
+        place.url,
         operations=50,
         batches=5,
         batch_size=20,

@@ -8,7 +8,7 @@ from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
 from large_queue.cli import main
-from tests.fix_backends import Store
+from tests.fix_backends import Place, Store
 
 
 def test_a_healthy_queue_passes(store: Store) -> None:
@@ -59,13 +59,25 @@ def test_damaged_metadata_is_named_not_raised(store: Store) -> None:
     assert not check_queue(store.backend, "no-such-queue").ok
 
 
-def test_check_command(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"embedded://{tmp_path}/cli.db"
-    assert main(["--url", url, "create", "q", "--capacity", "4", "--slots-per-record", "2"]) == 0
-    assert main(["--url", url, "enqueue", "q", '{"a": 1}', "[2]"]) == 0
-    assert main(["--url", url, "check", "q"]) == 0
+def test_check_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    url, q = place.url, place.name("q")
+    assert main(["--url", url, "create", q, "--capacity", "4", "--slots-per-record", "2"]) == 0
+    assert main(["--url", url, "enqueue", q, '{"a": 1}', "[2]"]) == 0
+    assert main(["--url", url, "check", q]) == 0
     assert "2 live entries; OK" in capsys.readouterr().out
-    assert main(["--url", url, "get", "q", "1"]) == 0
+    assert main(["--url", url, "get", q, "1"]) == 0
     assert '"value": [2]' in capsys.readouterr().out
-    assert main(["--url", url, "enqueue", "q", "{bad json"]) == 1
+    assert main(["--url", url, "enqueue", q, "{bad json"]) == 1
     assert "not valid JSON" in capsys.readouterr().err
+    assert main(["--url", url, "info", q]) == 0
+    assert '"tail_offset": 2' in capsys.readouterr().out
+    assert main(["--url", url, "dequeue", q]) == 0
+    assert '"value": {"a": 1}' in capsys.readouterr().out
+    assert main(["--url", url, "delete", q]) == 0
+    assert main(["--url", url, "info", q]) == 1
+    assert "QueueNotFoundError" in capsys.readouterr().err
+
+
+def test_demo_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", place.url, "demo"]) == 0
+    assert "empty now: True" in capsys.readouterr().out

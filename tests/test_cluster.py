@@ -24,15 +24,16 @@ from typing import Any
 import pytest
 
 from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFoundError
-from large_queue.backends.embedded import EmbeddedBackend
+from large_queue.backends import connect
 from large_queue.cluster import OwnershipEvent, ownership_info
 from large_queue.cluster._ownership import Ownership, OwnerState
+from tests.fix_backends import Place
 
 TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}
 
 
-def _node(path: str, name: str, node_id: str, log_path: str, ack_delay: float, batch: int) -> None:
-    queue = Queue.open(EmbeddedBackend(path), name)
+def _node(url: str, name: str, node_id: str, log_path: str, ack_delay: float, batch: int) -> None:
+    queue = Queue.open(connect(url), name)
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
     def write(**event: Any) -> None:
@@ -62,15 +63,17 @@ def _node(path: str, name: str, node_id: str, log_path: str, ack_delay: float, b
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path, nodes: str, *, ack_delay: float = 0.0, batch: int = 5) -> None:
-        self.path = str(tmp_path / "store.db")
+    def __init__(
+        self, place: Place, tmp_path: Path, nodes: str, *, ack_delay: float = 0.0, batch: int = 5
+    ) -> None:
         self.logs = tmp_path
-        self.queue = Queue.create(EmbeddedBackend(self.path), "shared", capacity=120, slots_per_record=10)
+        name = place.name("shared")
+        self.queue = Queue.create(place.connect(), name, capacity=120, slots_per_record=10)
         context = multiprocessing.get_context("spawn")
         self.processes = {
             node: context.Process(
                 target=_node,
-                args=(self.path, "shared", node, str(tmp_path / f"{node}.log"), ack_delay, batch),
+                args=(place.url, name, node, str(tmp_path / f"{node}.log"), ack_delay, batch),
             )
             for node in nodes
         }
@@ -162,8 +165,8 @@ def _check_history(events: list[dict[str, Any]], produced: int) -> dict[str, int
     return figures
 
 
-def test_nodes_share_a_queue_one_owner_at_a_time(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, "abc")
+def test_nodes_share_a_queue_one_owner_at_a_time(place: Place, tmp_path: Path) -> None:
+    cluster = Cluster(place, tmp_path, "abc")
     try:
         cluster.produce(400)
         cluster.wait_until_acked(400)
@@ -180,8 +183,8 @@ def test_nodes_share_a_queue_one_owner_at_a_time(tmp_path: Path) -> None:
     assert all(following[x] == y for x, y in itertools.pairwise(takes)), f"handover order broken: {takes}"
 
 
-def test_killed_owner_unacked_entries_are_redelivered(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, "abc", ack_delay=0.3)
+def test_killed_owner_unacked_entries_are_redelivered(place: Place, tmp_path: Path) -> None:
+    cluster = Cluster(place, tmp_path, "abc", ack_delay=0.3)
     try:
         cluster.produce(100)
         victim = cluster.wait_for_owner_holding_unacked()
@@ -201,8 +204,8 @@ def test_killed_owner_unacked_entries_are_redelivered(tmp_path: Path) -> None:
     assert figures["redeliveries"] >= len(unacked_by_victim)
 
 
-def test_paused_owner_is_fenced_and_rejoins(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, "ab", ack_delay=0.3)
+def test_paused_owner_is_fenced_and_rejoins(place: Place, tmp_path: Path) -> None:
+    cluster = Cluster(place, tmp_path, "ab", ack_delay=0.3)
     try:
         cluster.produce(60)
         paused = cluster.wait_for_owner_holding_unacked()
@@ -223,9 +226,9 @@ def test_paused_owner_is_fenced_and_rejoins(tmp_path: Path) -> None:
     assert any(e["kind"] == "take" for e in after) or process.is_alive(), "the paused node did not rejoin"
 
 
-def test_owner_needs_no_lock_and_few_round_trips(tmp_path: Path) -> None:
-    backend = EmbeddedBackend(tmp_path / "s.db")
-    queue = Queue.create(backend, "q", capacity=400, slots_per_record=100)
+def test_owner_needs_no_lock_and_few_round_trips(place: Place) -> None:
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=400, slots_per_record=100)
     queue.enqueue_batch(range(300))
     with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
         assert consumer.owning
@@ -248,9 +251,9 @@ def test_owner_needs_no_lock_and_few_round_trips(tmp_path: Path) -> None:
         assert queue.info().head_offset == ownership_info(queue).acked_offset == 111
 
 
-def test_handover_follows_node_id_order_in_one_process(tmp_path: Path) -> None:
-    backend = EmbeddedBackend(tmp_path / "s.db")
-    queue = Queue.create(backend, "q", capacity=50, slots_per_record=5)
+def test_handover_follows_node_id_order_in_one_process(place: Place) -> None:
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=50, slots_per_record=5)
     events: list[OwnershipEvent] = []
     stop = threading.Event()
 
@@ -273,18 +276,18 @@ def test_handover_follows_node_id_order_in_one_process(tmp_path: Path) -> None:
     following = {"n1": "n2", "n2": "n3", "n3": "n1"}
     assert all(following[x] == y for x, y in itertools.pairwise(takes)), takes
     with pytest.raises(OwnershipLostError):
-        stale = Queue.open(backend, "q").consumer("n1", **TIMING)  # type: ignore[arg-type]
+        stale = Queue.open(backend, queue.name).consumer("n1", **TIMING)  # type: ignore[arg-type]
         stale.ownership.commit(1, cursor=0, inflight={})
 
 
-def test_handover_during_an_ownership_check_is_not_undone(tmp_path: Path) -> None:
+def test_handover_during_an_ownership_check_is_not_undone(place: Place) -> None:
     """A receive() hands over while the watcher is reading the owner record.
 
     The watcher must not act on what it read before the hand-over: it would
     report a second take of an epoch already passed on.
     """
-    backend = EmbeddedBackend(tmp_path / "s.db")
-    queue = Queue.create(backend, "q", capacity=50, slots_per_record=5)
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=50, slots_per_record=5)
     Ownership(queue, "n2", timeout=10).join()  # alive and interested for 10 s: the successor
     events: list[OwnershipEvent] = []
     consumer = queue.consumer("n1", time_slice=0.3, timeout=10, poll_interval=0.05, on_event=events.append)
@@ -309,3 +312,18 @@ def test_handover_during_an_ownership_check_is_not_undone(tmp_path: Path) -> Non
         assert not consumer.owning
     assert [(e.kind, e.epoch) for e in events] == [("take", 1), ("release", 1)]
     assert ownership_info(queue).owner == "n2"
+
+
+def test_deleting_a_queue_removes_the_shims_records(place: Place) -> None:
+    backend = place.connect()
+    name = place.name("q")
+    queue = Queue.create(backend, name, capacity=10, slots_per_record=5)
+    queue.enqueue_batch(range(5))
+    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        consumer.ack(consumer.receive(5))
+    assert Queue.delete(backend, name)
+    assert [backend.get(k) for k in (queue.keys.owner, queue.keys.nodes, queue.keys.node("n1"))] == [None] * 3
+    again = Queue.create(backend, name, capacity=10, slots_per_record=5)
+    again.enqueue("fresh")
+    with again.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        assert [m.value for m in consumer.receive(5)] == ["fresh"]  # not the old queue's cursor

@@ -21,7 +21,7 @@ from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue._entries import INT64_MAX, INT64_MIN, decode_entry
 from large_queue.backends import ListSet, WriteMode
-from tests.fix_backends import Store
+from tests.fix_backends import Place, Store
 
 json_scalars = (
     st.none()
@@ -139,16 +139,14 @@ def test_stored_text_decodes_from_bytes_or_bytearray_only() -> None:
         decode_entry("json", b"{")
 
 
-def test_command_line_creates_a_json_encoded_queue(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_command_line_creates_a_json_encoded_queue(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
     from large_queue.cli import main
 
-    url = f"embedded://{tmp_path}/cli.db"
-    assert main(["--url", url, "create", "q", "--capacity", "4", "--encoding", "json"]) == 0
+    url, q = place.url, place.name("q")
+    assert main(["--url", url, "create", q, "--capacity", "4", "--encoding", "json"]) == 0
     assert '"encoding": "json"' in capsys.readouterr().out
-    assert main(["--url", url, "enqueue", "q", '{"a": [1, "x"]}']) == 0
-    assert main(["--url", url, "dequeue", "q"]) == 0
+    assert main(["--url", url, "enqueue", q, '{"a": [1, "x"]}']) == 0
+    assert main(["--url", url, "dequeue", q]) == 0
     assert '"value": {"a": [1, "x"]}' in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--url", url, "create", "r", "--capacity", "4", "--encoding", "xml"])

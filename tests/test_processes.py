@@ -1,4 +1,4 @@
-"""Several processes enqueue and dequeue one embedded queue at once; every entry is accounted for."""
+"""Several processes enqueue and dequeue one queue at once; every entry is accounted for."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import os
 import time
 from typing import Any
 
-from large_queue import Queue, QueueFullError
-from large_queue.backends.embedded import EmbeddedBackend
+from large_queue import Queue, QueueFullError, connect
+from tests.fix_backends import Place
 
 PRODUCERS = 3
 CONSUMERS = 2
 PER_PRODUCER = 240
 
 
-def _producer(path: str, name: str, producer: int) -> None:
-    queue = Queue.open(EmbeddedBackend(path), name)
+def _producer(url: str, name: str, producer: int) -> None:
+    queue = Queue.open(connect(url), name)
     sequence = 0
     while sequence < PER_PRODUCER:
         batch = [
@@ -32,8 +32,8 @@ def _producer(path: str, name: str, producer: int) -> None:
             time.sleep(0.001)
 
 
-def _consumer(path: str, name: str, results: Any, done: Any) -> None:
-    queue = Queue.open(EmbeddedBackend(path), name)
+def _consumer(url: str, name: str, results: Any, done: Any) -> None:
+    queue = Queue.open(connect(url), name)
     received: list[tuple[int, int, int]] = []
     turn = 0
     while True:
@@ -47,16 +47,15 @@ def _consumer(path: str, name: str, results: Any, done: Any) -> None:
     results.put((os.getpid(), received))
 
 
-def test_producers_and_consumers_lose_and_duplicate_nothing(tmp_path: object) -> None:
-    path = os.path.join(str(tmp_path), "shared.db")
-    name = "shared"
-    Queue.create(EmbeddedBackend(path), name, capacity=50, slots_per_record=7)
+def test_producers_and_consumers_lose_and_duplicate_nothing(place: Place) -> None:
+    name = place.name("shared")
+    Queue.create(place.connect(), name, capacity=50, slots_per_record=7)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     done = context.Event()
-    producers = [context.Process(target=_producer, args=(path, name, p)) for p in range(PRODUCERS)]
+    producers = [context.Process(target=_producer, args=(place.url, name, p)) for p in range(PRODUCERS)]
     consumers = [
-        context.Process(target=_consumer, args=(path, name, results, done)) for _ in range(CONSUMERS)
+        context.Process(target=_consumer, args=(place.url, name, results, done)) for _ in range(CONSUMERS)
     ]
     for process in producers + consumers:
         process.start()

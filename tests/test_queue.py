@@ -14,7 +14,7 @@ from large_queue import (
 from large_queue import _records as rec
 from large_queue.backends import ListSetRange
 from large_queue.backends.faults import FaultInjectingBackend
-from tests.fix_backends import Store
+from tests.fix_backends import SECOND_NAMESPACE, Store
 
 
 def drain(queue: Queue) -> list[int]:
@@ -176,14 +176,15 @@ def test_create_open_delete(store: Store) -> None:
 
 
 def test_metadata_and_buffers_in_different_namespaces(store: Store) -> None:
-    store.skip_if_lacking("second_namespace")
-    queue = store.new_queue(namespace="test", buffer_namespace="other")
+    queue = store.new_queue(namespace="test", buffer_namespace=SECOND_NAMESPACE)
     queue.enqueue_batch([1, 2, 3, 4])
     assert (
         store.backend.get(
-            rec.QueueKeys(name=queue.name, metadata_namespace="other", buffer_namespace="other").buffer(1)
+            rec.QueueKeys(
+                name=queue.name, metadata_namespace=SECOND_NAMESPACE, buffer_namespace=SECOND_NAMESPACE
+            ).buffer(1)
         )
         is not None
     )
     assert [e.value for e in queue.dequeue_batch(4)] == [1, 2, 3, 4]
-    assert queue.info().buffer_namespace == "other"
+    assert queue.info().buffer_namespace == SECOND_NAMESPACE

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from large_queue import Queue, connect
+from tests.fix_backends import Place
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+#: the queue names these tests use; on a shared server they are cleared before and after each test
+QUEUE_NAMES = ("events", "native", "encoded", "out", "ring", "copy", "new", "missing")
+
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"embedded://{tmp_path}/spark.db"
+def url(place: Place) -> Iterator[str]:
+    """The store URL of this test's queues, on each store."""
+    place.names.extend(QUEUE_NAMES)  # deleted after the test
+    backend = place.connect()
+    for name in QUEUE_NAMES:  # left by an interrupted earlier run against the same server
+        Queue.delete(backend, name)
+    yield place.url
 
 
 def reader(spark: Any, url: str, queue: str, **options: object) -> Any:

@@ -35,13 +35,10 @@ from typing import Any
 
 from large_queue import errors
 from large_queue._guarded import guarded_write
-from large_queue.backends import Read, ReadSinceUpdate, RecordKey, Write, WriteMode
+from large_queue._records import NODES
+from large_queue.backends import Read, ReadSinceUpdate, Write, WriteMode
 from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, eq, gt
 from large_queue.queue import Queue
-
-OWNER_KEY = "queue-owner"
-NODES_KEY = "queue-nodes"
-NODE_KEY_PREFIX = "queue-node-"
 
 OWNER = "owner"
 EPOCH = "epoch"
@@ -49,7 +46,6 @@ LAST_OWNER = "last_owner"
 CURSOR = "cursor"
 INFLIGHT = "inflight"
 SILENT_MS = "silent_ms"  # an expression result, not a stored bin
-NODES = "nodes"
 INTERESTED = "interested"
 MAX_NODE_ID_CHARS = 40
 
@@ -96,13 +92,9 @@ class Ownership:
         self.backend = queue.backend
         self.node_id = node_id
         self.timeout_ms = max(1, round(timeout * 1000))
-        namespace = queue.keys.metadata_namespace
-        self.owner_key = RecordKey(namespace, queue.name, OWNER_KEY)
-        self.nodes_key = RecordKey(namespace, queue.name, NODES_KEY)
-
-    def node_key(self, node_id: str) -> RecordKey:
-        """Key of a node's heartbeat record."""
-        return RecordKey(self.owner_key.namespace, self.queue.name, f"{NODE_KEY_PREFIX}{node_id}")
+        self.owner_key = queue.keys.owner
+        self.nodes_key = queue.keys.nodes
+        self.node_key = queue.keys.node
 
     # --- joining and heartbeats ---------------------------------------------------
 

@@ -92,15 +92,25 @@ class Recording(Backend):
         records: list[Record | None] = self._keep("batch_get", list(keys))
         return records
 
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Batch-read through, recorded."""
+        results: list[dict[str, Any] | None] = self._keep("batch_read", list(reads))
+        return results
+
     def close(self) -> None:
         """Nothing to close: the inner store belongs to the caller."""
 
 
 def _renamed(value: Any, source: str, target: str) -> Any:
+    """``value`` with every key of queue ``source`` (alone, in a list, or in (key, reads) pairs) renamed."""
     if isinstance(value, RecordKey) and value.set_name == source:
         return replace(value, set_name=target)
-    if isinstance(value, list) and value and isinstance(value[0], RecordKey):
+    if isinstance(value, list) and value and isinstance(value[0], (RecordKey, tuple)):
         return [_renamed(item, source, target) for item in value]
+    if isinstance(value, tuple) and value and isinstance(value[0], RecordKey):
+        return (_renamed(value[0], source, target), *value[1:])
     return value
 
 

@@ -181,6 +181,15 @@ class Backend(ABC):
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""
 
+    @abstractmethod
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Read from many records in one command: each record's read operations, or all its bins (None).
+
+        Returns what each record's reads saw (as ``operate`` does), None where a record is missing.
+        """
+
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.
 

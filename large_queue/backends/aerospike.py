@@ -23,6 +23,7 @@ from typing import Any
 import aerospike
 from aerospike import exception as aerospike_exception
 from aerospike_helpers import expressions as exp
+from aerospike_helpers.batch import records as batch_records
 from aerospike_helpers.operations import expression_operations
 
 from large_queue import errors
@@ -381,6 +382,9 @@ class AerospikeBackend(Backend):
         if method == "batch_get":
             (keys,) = args
             return functools.partial(self.client.batch_read, [self._key(k) for k in keys])
+        if method == "batch_read":
+            (reads,) = args
+            return self._batch_read_command(reads)
         return super().prepare(method, *args, **kwargs)
 
     def remove(self, key: RecordKey) -> bool:
@@ -413,6 +417,42 @@ class AerospikeBackend(Backend):
                     in_doubt=False,
                 )
         return records
+
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Read from many records in one command: each record's read operations, or all its bins."""
+        command = self._batch_read_command(reads)
+        self._count()
+        with mapped_errors:
+            batch = command()
+        results: list[dict[str, Any] | None] = []
+        for item in batch.batch_records:
+            if item.result == 0 and item.record is not None:
+                results.append(item.record[2] or {})
+            elif item.result == 2:
+                results.append(None)
+            else:
+                cls = _ERROR_BY_CODE.get(item.result, errors.BackendError)
+                raise cls(
+                    f"batch read of {item.key} failed with code {item.result}",
+                    code=item.result,
+                    in_doubt=False,
+                )
+        return results
+
+    def _batch_read_command(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> Callable[[], Any]:
+        requests = batch_records.BatchRecords(
+            [
+                batch_records.Read(self._key(key), ops=None, read_all_bins=True)
+                if operations is None
+                else batch_records.Read(self._key(key), ops=_operations(operations))
+                for key, operations in reads
+            ]
+        )
+        return functools.partial(self.client.batch_write, requests)
 
     def close(self) -> None:
         """Close the client if this backend opened it."""

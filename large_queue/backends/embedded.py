@@ -369,26 +369,51 @@ class EmbeddedBackend(Backend):
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""
         self._count()
+        with self._transaction(write=False) as conn:
+            return self._records(conn, keys)
+
+    def _records(self, conn: sqlite3.Connection, keys: Sequence[RecordKey]) -> list[Record | None]:
         for key in keys:
             self._check_key(key)
         wanted: dict[tuple[str, str], list[str]] = {}
         for key in keys:
             wanted.setdefault((key.namespace, key.set_name), []).append(key.user_key)
         found: dict[tuple[str, str, str], Record] = {}
+        now = self.clock()
+        for (namespace, set_name), user_keys in wanted.items():
+            for first in range(0, len(user_keys), _KEYS_PER_SELECT):
+                part = user_keys[first : first + _KEYS_PER_SELECT]
+                rows = conn.execute(
+                    "SELECT user_key, bins, generation, expires_ns FROM records"
+                    f" WHERE namespace=? AND set_name=? AND user_key IN ({','.join('?' * len(part))})",
+                    (namespace, set_name, *part),
+                )
+                for user_key, blob, generation, expires_ns in rows:
+                    if expires_ns is None or expires_ns > now:
+                        found[(namespace, set_name, user_key)] = Record(_unpack(blob), generation)
+        return [found.get((key.namespace, key.set_name, key.user_key)) for key in keys]
+
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Read from many records in one command: each record's read operations, or all its bins."""
+        self._count()
+        for _, operations in reads:
+            if operations is not None and not all(isinstance(op, READ_OPERATIONS) for op in operations):
+                raise errors.BackendUsageError("batch_read takes read operations only", code=-2)
+        for key, _ in reads:
+            self._check_key(key)
+        results: list[dict[str, Any] | None] = []
         with self._transaction(write=False) as conn:
             now = self.clock()
-            for (namespace, set_name), user_keys in wanted.items():
-                for first in range(0, len(user_keys), _KEYS_PER_SELECT):
-                    part = user_keys[first : first + _KEYS_PER_SELECT]
-                    rows = conn.execute(
-                        "SELECT user_key, bins, generation, expires_ns FROM records"
-                        f" WHERE namespace=? AND set_name=? AND user_key IN ({','.join('?' * len(part))})",
-                        (namespace, set_name, *part),
-                    )
-                    for user_key, blob, generation, expires_ns in rows:
-                        if expires_ns is None or expires_ns > now:
-                            found[(namespace, set_name, user_key)] = Record(_unpack(blob), generation)
-        return [found.get((key.namespace, key.set_name, key.user_key)) for key in keys]
+            for key, operations in reads:
+                loaded = self._load(conn, key)
+                if loaded is None or operations is None:
+                    results.append(None if loaded is None else loaded[0])
+                else:
+                    bins, _, updated_ns = loaded
+                    results.append(_apply(key, bins, operations, (now - updated_ns) // 1_000_000))
+        return results
 
 
 class _StaleSnapshot(Exception):

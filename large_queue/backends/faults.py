@@ -139,6 +139,13 @@ class FaultInjectingBackend(Backend):
         self._count()
         return self.inner.batch_get(keys)
 
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Batch-read through to the wrapped store."""
+        self._count()
+        return self.inner.batch_read(reads)
+
     def close(self) -> None:
         """Close the wrapped store."""
         self.inner.close()

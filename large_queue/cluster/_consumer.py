@@ -25,6 +25,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue.backends import ListGetRange
 from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, successor
 from large_queue.queue import Entry, Queue
 
@@ -240,19 +241,34 @@ class Consumer:
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
         candidates = range(self._cursor, self._cursor + max(budget, 0))
-        records = sorted({shape.record_of(o) for o in [*redeliver, *candidates]})
-        found = self.queue.backend.batch_get(
-            [self.queue.keys.metadata, *(self.queue.keys.buffer(r) for r in records)]
+        # Only the slots wanted, from each buffer record: a run from the first to the last.
+        wanted: dict[int, tuple[int, int]] = {}
+        for offset in [*redeliver, *candidates]:
+            index = shape.slot_of(offset)
+            first, last = wanted.get(shape.record_of(offset), (index, index))
+            wanted[shape.record_of(offset)] = (min(first, index), max(last, index))
+        records = sorted(wanted)
+        found = self.queue.backend.batch_read(
+            [
+                (self.queue.keys.metadata, None),
+                *(
+                    (
+                        self.queue.keys.buffer(r),
+                        [ListGetRange(rec.SLOTS, wanted[r][0], wanted[r][1] - wanted[r][0] + 1)],
+                    )
+                    for r in records
+                ),
+            ]
         )
         if found[0] is None:
             raise errors.QueueNotFoundError(
                 f"queue {self.queue.name!r} does not exist", queue=self.queue.name
             )
-        metadata = rec.parse_metadata(self.queue.name, found[0].bins)
+        metadata = rec.parse_metadata(self.queue.name, found[0])
         self._queue_head = metadata.head
         slots: dict[int, Any] = {}
         for record, buffer in zip(records, found[1:], strict=True):
-            slots[record] = buffer.bins.get(rec.SLOTS) if buffer is not None else None
+            slots[record] = buffer.get(rec.SLOTS) if buffer is not None else None
         cursor = max(self._cursor, metadata.head)  # below the head: dropped by overwriting producers
         fresh = [o for o in candidates if cursor <= o < metadata.tail]
         inflight = {o: c for o, c in self._inflight.items() if o >= metadata.head}
@@ -260,7 +276,8 @@ class Consumer:
         for offset in [*redeliver, *fresh]:
             record = shape.record_of(offset)
             slot_list = slots.get(record)
-            slot = slot_list[shape.slot_of(offset)] if isinstance(slot_list, list) else None
+            index = shape.slot_of(offset) - wanted[record][0]
+            slot = slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
             entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
             count = inflight.pop(offset, 0) + 1
             if entry is None:

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +100,13 @@ def aerospike_address() -> Iterator[str]:
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs
 
-    container = DockerContainer(AEROSPIKE_IMAGE).with_exposed_ports(3000)
+    config = Path(__file__).resolve().parent.parent / "docker" / "aerospike.conf"  # namespaces test and bar
+    container = (
+        DockerContainer(AEROSPIKE_IMAGE)
+        .with_exposed_ports(3000)
+        .with_volume_mapping(str(config), "/etc/aerospike/aerospike.conf", "ro")
+        .with_command("--config-file /etc/aerospike/aerospike.conf")
+    )
     container.start()
     try:
         wait_for_logs(container, "service ready", timeout=120)

@@ -29,6 +29,10 @@ import orjson
 from large_queue import errors
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Lists and dicts within lists and dicts, at most: Aerospike's client cannot read back
+# a slot whose entry is nested 63 deep (the slot adds two levels), so the
+# same, rounder limit holds on every store and encoding.
+MAX_NESTING_DEPTH = 32
 # bytes a slot adds around its value: list header, offset, timestamp
 SLOT_OVERHEAD_BYTES = 24
 # bytes a buffer record needs besides its slots: bins, fencing marks, headers
@@ -42,40 +46,83 @@ def max_entry_bytes(record_size_limit: int, slots_per_record: int) -> int:
     return (record_size_limit - RECORD_OVERHEAD_BYTES) // slots_per_record - SLOT_OVERHEAD_BYTES
 
 
-def _check_value(value: Any, path: str, as_json: bool) -> None:
+class _Refused(Exception):
+    """An entry's part that cannot be stored: ``path`` from the inside out, and why."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+
+def _check_value(value: Any, as_json: bool, depth: int) -> None:
+    """Raise ``_Refused`` for the first part of ``value`` that cannot be stored.
+
+    The path to it is collected on the way out, so an entry that passes
+    costs no string building.
+    """
     kind = type(value)
-    if as_json and kind in (bytes, bytearray):
-        raise errors.UnsupportedEntryError(
-            f"{path} is {kind.__name__}, which JSON cannot hold; this queue stores entries as JSON"
-            " (create it with encoding='native' to keep bytes)"
-        )
-    if kind is float and as_json and not math.isfinite(value):
-        raise errors.UnsupportedEntryError(f"{path} = {value}, which JSON cannot hold")
-    if value is None or kind in (bool, float, str, bytes, bytearray):
+    if kind is str:
+        if not as_json and "\x00" in value:
+            raise _Refused(f"is a str holding a NUL character: {_NUL}")
+        return
+    if kind is bytes or kind is bytearray:
+        if as_json:
+            raise _Refused(
+                f"is {kind.__name__}, which JSON cannot hold; this queue stores entries as JSON"
+                " (create it with encoding='native' to keep bytes)"
+            )
+        return
+    if kind is float:
+        if as_json and not math.isfinite(value):
+            raise _Refused(f"= {value}, which JSON cannot hold")
+        return
+    if value is None or kind is bool:
         return
     if kind is int:
         if not INT64_MIN <= value <= INT64_MAX:
-            raise errors.UnsupportedEntryError(f"{path} = {value} does not fit a signed 64-bit integer")
+            raise _Refused(f"= {value} does not fit a signed 64-bit integer")
         return
-    if kind is list:
-        for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]", as_json)
-        return
-    if kind is dict:
+    if kind is list or kind is dict:
+        if depth == MAX_NESTING_DEPTH:
+            raise _Refused(
+                f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts,"
+                " more than the stores can read back"
+            )
+        if kind is list:
+            for index, item in enumerate(value):
+                try:
+                    _check_value(item, as_json, depth + 1)
+                except _Refused as refused:
+                    refused.path.append(f"[{index}]")
+                    raise
+            return
         keys = (str,) if as_json else (str, int, bytes)
         for key, item in value.items():
             if type(key) not in keys:
-                raise errors.UnsupportedEntryError(
-                    f"{path} has a key of type {type(key).__name__}; dict keys must be"
+                raise _Refused(
+                    f"has a key of type {type(key).__name__}; dict keys must be"
                     + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
                 )
-            _check_value(item, f"{path}[{key!r}]", as_json)
+            if type(key) is str and not as_json and "\x00" in key:
+                raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
+            try:
+                _check_value(item, as_json, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f"[{key!r}]")
+                raise
         return
     hint = " (use a list)" if kind is tuple else ""
-    raise errors.UnsupportedEntryError(
-        f"{path} is a {kind.__name__}, which the store cannot keep{hint}; entries are made of"
+    raise _Refused(
+        f"is a {kind.__name__}, which the store cannot keep{hint}; entries are made of"
         " None, bool, int, float, str, bytes, list and dict"
     )
+
+
+_NUL = (
+    "Aerospike cuts a str at its first NUL character, so a native queue refuses it"
+    " (store bytes, or create the queue with encoding='json', which keeps it)"
+)
 
 
 NATIVE = "native"
@@ -95,7 +142,11 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
     as_json = encoding == JSON
     checked = []
     for index, entry in enumerate(entries):
-        _check_value(entry, f"entry {index}", as_json)
+        try:
+            _check_value(entry, as_json, 0)
+        except _Refused as refused:
+            path = "".join(reversed(refused.path))
+            raise errors.UnsupportedEntryError(f"entry {index}{path} {refused.problem}") from None
         try:
             if as_json:
                 entry = orjson.dumps(entry)

@@ -23,15 +23,19 @@ from large_queue._entries import INT64_MAX, INT64_MIN, decode_entry
 from large_queue.backends import ListSet, WriteMode
 from tests.fix_backends import Place, Store
 
+# a native queue refuses NUL characters (Aerospike cuts strings at them): compared entries hold none
+NO_NUL = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
 json_scalars = (
     st.none()
     | st.booleans()
     | st.integers(INT64_MIN, INT64_MAX)
     | st.floats(allow_nan=False, allow_infinity=False)
-) | st.text()
+) | st.text(alphabet=NO_NUL)
 json_entries = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet=NO_NUL, max_size=8), inner, max_size=4)
+    ),
     max_leaves=10,
 )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from large_queue import (
     CorruptQueueError,
@@ -15,6 +17,7 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import _records as rec
+from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH
 from large_queue.backends import WriteMode
 from large_queue.errors import NamespaceNotFoundError
 from tests.fix_backends import Store
@@ -22,6 +25,13 @@ from tests.fix_backends import Store
 
 class Custom:
     pass
+
+
+def nested(depth: int) -> object:
+    value: object = 0
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
 
 
 @pytest.mark.parametrize(
@@ -42,6 +52,17 @@ class Custom:
         ("json", {"x": -math.inf}, r"= -inf, which JSON cannot hold"),
         ("json", (1, 2), "use a list"),
         ("json", 2**64, "signed 64-bit"),
+        # what Aerospike would change or could not read back, refused on every store
+        ("native", "a\x00b", r"entry 1 is a str holding a NUL character: Aerospike cuts a str"),
+        ("native", [{"k\x00": 1}], r"entry 1\[0\] has a key holding a NUL character \('k\\x00'\)"),
+        ("native", {"k": ["\x00"]}, r"entry 1\['k'\]\[0\] is a str holding a NUL"),
+        (
+            "native",
+            nested(MAX_NESTING_DEPTH + 1),
+            f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts",
+        ),
+        ("json", nested(MAX_NESTING_DEPTH + 1), f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts"),
+        ("native", nested(2000), "is nested deeper than"),
     ],
 )
 def test_unsupported_entries_are_refused_before_writing(
@@ -77,6 +98,61 @@ def test_supported_values_round_trip(store: Store) -> None:
     got = [e.value for e in queue.dequeue_batch(12)]
     assert [bytes(v) if isinstance(v, bytearray) else v for v in got] == values
     assert type(got[1]) is bool
+
+
+def test_json_queue_keeps_what_a_native_one_refuses(store: Store) -> None:
+    queue = store.new_queue(encoding="json")
+    values = ["a\x00b", {"k\x00": ["\x00"]}, nested(MAX_NESTING_DEPTH)]
+    queue.enqueue_batch(values)
+    assert [e.value for e in queue.dequeue_batch(10)] == values
+
+
+def aerospike_order(value: object) -> object:
+    """``value`` with every dict as a list of its items, in the order Aerospike gives keys back."""
+    if isinstance(value, dict):
+        rank = {int: 0, str: 1, bytes: 2}
+        return [(k, aerospike_order(value[k])) for k in sorted(value, key=lambda k: (rank[type(k)], k))]
+    if isinstance(value, list):
+        return [aerospike_order(item) for item in value]
+    return bytes(value) if isinstance(value, bytearray) else value
+
+
+native_keys = st.integers(INT64_MIN, INT64_MAX) | st.text(max_size=6) | st.binary(max_size=4)
+native_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(INT64_MIN, INT64_MAX)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary()
+    | st.binary().map(bytearray),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(native_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(native_values, min_size=1, max_size=6))
+def test_every_store_gives_back_exactly_what_it_accepts(store: Store, values: list[object]) -> None:
+    """One rule on both stores: refused before writing, or given back the same, dicts in key order."""
+    queue = store.new_queue(capacity=8, slots_per_record=3)
+    try:
+        queue.enqueue_batch(values)
+    except UnsupportedEntryError as refused:
+        assert "NUL character" in str(refused), refused  # the only native value refused here
+        assert queue.info().tail_offset == 0
+        return
+    got = [e.value for e in queue.dequeue_batch(8)]
+    assert [_items_in_order(v) for v in got] == [aerospike_order(v) for v in values]
+
+
+def _items_in_order(value: object) -> object:
+    """``value`` with every dict as the list of its items in the order the store gave them back."""
+    if isinstance(value, dict):
+        return [(k, _items_in_order(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_items_in_order(item) for item in value]
+    return value
 
 
 def test_oversize_entry_is_refused_and_queue_unchanged(store: Store) -> None:

@@ -287,9 +287,9 @@ class AerospikeBackend(Backend):
                 WriteMode.REPLACE: aerospike.POLICY_EXISTS_REPLACE,
             }.items()
         }
-        self._operate_policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
+        keep_ttl = aerospike.TTL_DONT_UPDATE
+        self._operate_policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE, ttl=keep_ttl)
         self._operate_read_policy = dict(self._read_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
-        self._keep_ttl: dict[str, int] = {"ttl": aerospike.TTL_DONT_UPDATE}
 
     @classmethod
     def connect(cls, settings: AerospikeSettings) -> AerospikeBackend:
@@ -329,11 +329,11 @@ class AerospikeBackend(Backend):
         ttl: int | None = None,
     ) -> None:
         """Write bins; ``mode`` and ``generation`` guard the write."""
-        policy = self._put_policies[mode]
-        meta: dict[str, int] = {"ttl": aerospike.TTL_NEVER_EXPIRE if ttl is None else ttl}
+        policy = dict(self._put_policies[mode], ttl=aerospike.TTL_NEVER_EXPIRE if ttl is None else ttl)
+        meta: dict[str, int] | None = None
         if generation is not None:
-            policy = dict(policy, gen=aerospike.POLICY_GEN_EQ)
-            meta["gen"] = generation
+            policy["gen"] = aerospike.POLICY_GEN_EQ
+            meta = {"gen": generation}
         self._count()
         with mapped_errors:
             self.client.put(self._key(key), bins, meta=meta, policy=policy)
@@ -362,14 +362,14 @@ class AerospikeBackend(Backend):
     ) -> Callable[[], tuple[Any, Any, dict[str, Any] | None]]:
         reads_only = all(isinstance(op, READ_OPERATIONS) for op in operations)
         policy = self._operate_read_policy if reads_only else self._operate_policy
-        meta: dict[str, int] = self._keep_ttl
+        meta: dict[str, int] | None = None
         if condition is not None or generation is not None:
             policy = dict(policy)
             if condition is not None:
                 policy["expressions"] = compile_condition(condition)
             if generation is not None:
                 policy["gen"] = aerospike.POLICY_GEN_EQ
-                meta = {"ttl": aerospike.TTL_DONT_UPDATE, "gen": generation}
+                meta = {"gen": generation}
         return functools.partial(
             self.client.operate, self._key(key), _operations(operations), meta=meta, policy=policy
         )

@@ -13,7 +13,8 @@ its own clock, which tests may replace to make locks expire without sleeping.
 
 Values are stored as msgpack (encoded and decoded by msgspec, the fastest
 codec for it in Python), which keeps every Aerospike-native type apart (int,
-float, str, bytes, bool, None, list, dict).
+float, str, bytes, bool, None, list, dict). Maps come back as Aerospike gives
+them back: keys in order, integers before strings before bytes, each sorted.
 """
 
 from __future__ import annotations
@@ -86,14 +87,30 @@ def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
     return cls(message, code=_CODE.get(cls, -1), in_doubt=False)
 
 
-_ENCODER = msgspec.msgpack.Encoder()
+_ENCODER = msgspec.msgpack.Encoder(order="sorted")  # str keys sorted, as Aerospike orders them
+_UNSORTED_ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder()
+# Aerospike's order of map keys of different types
+_KEY_TYPE_RANK = {int: 0, str: 1, bytes: 2}
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
 _KEYS_PER_SELECT = 500
 
 
 def _pack(bins: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(bins)
+    try:
+        return _ENCODER.encode(bins)
+    except TypeError:  # a map with int or bytes keys: msgspec sorts str keys only
+        return _UNSORTED_ENCODER.encode(_key_ordered(bins))
+
+
+def _key_ordered(value: Any) -> Any:
+    """``value`` with every dict's keys in Aerospike's order."""
+    if type(value) is dict:
+        keys = sorted(value, key=lambda key: (_KEY_TYPE_RANK.get(type(key), 3), key))
+        return {key: _key_ordered(value[key]) for key in keys}
+    if type(value) is list:
+        return [_key_ordered(item) for item in value]
+    return value
 
 
 def _unpack(blob: bytes) -> dict[str, Any]:

@@ -11,6 +11,11 @@ A queue keeps its entries in one of two encodings, chosen when it is created:
   (Aerospike lists, maps, strings...), any of the types above.
 - ``json``: each entry is stored as its JSON text, in a bytes value. Only
   JSON's types are accepted (no bytes, string keys only, finite floats).
+  Object keys are written in order, so a dict comes back with its keys
+  ordered exactly as a native queue gives it back.
+
+Dicts come back with their keys in Aerospike's order on every store and in
+both encodings: int keys, then str keys, then bytes keys, each sorted.
   Dequeuers get the same Python values back; what changes is that a reader
   who wants JSON (the Spark connector's ``value`` column) takes the stored
   text as it is, instead of decoding every entry and writing it out again.
@@ -149,7 +154,7 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
             raise errors.UnsupportedEntryError(f"entry {index}{path} {refused.problem}") from None
         try:
             if as_json:
-                entry = orjson.dumps(entry)
+                entry = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)  # keys in order, as native maps
             size = len(_ENCODER.encode(entry))
         except (UnicodeEncodeError, TypeError) as exc:  # a str with a lone surrogate: not UTF-8
             raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None

@@ -64,6 +64,15 @@ def test_json_and_native_queues_give_back_the_same_values(store: Store, values: 
     assert [e.value for e in encoded.dequeue_batch(8)] == [e.value for e in native.dequeue_batch(8)] == values
 
 
+@pytest.mark.parametrize("encoding", ["native", "json"])
+def test_dicts_come_back_with_their_keys_in_order(store: Store, encoding: str) -> None:
+    queue = store.new_queue(encoding=encoding)
+    queue.enqueue({"b": 1, "a": {"d": [{"z": 0, "y": 1}], "c": 2}})
+    value = queue.dequeue().value  # type: ignore[union-attr]
+    assert list(value) == ["a", "b"] and list(value["a"]) == ["c", "d"]
+    assert list(value["a"]["d"][0]) == ["y", "z"]
+
+
 def test_stored_form_is_the_json_text(store: Store) -> None:
     queue = store.new_queue(capacity=3, slots_per_record=3, encoding="json")
     queue.enqueue({"id": 1, "tags": ["a"]})

@@ -59,6 +59,16 @@ def test_client_exceptions_map_to_our_tree(client_class: str, expected: type) ->
     assert "server said no" in str(mapped)
 
 
+def test_translation_reads_the_error_itself_not_its_class() -> None:
+    """The client keeps the last raised error's details on the class: they must not leak into another's."""
+    cls = aerospike_exception.RecordNotFound
+    with pytest.raises(cls) as raised:  # a real client error: it sets the class's details
+        raise cls(2, "the real one", "file.c", 1, True)
+    cls.msg, cls.in_doubt = "an earlier error", False  # as the client leaves them after another raise
+    mapped = translate(raised.value)
+    assert ("the real one" in str(mapped), mapped.in_doubt) == (True, True)
+
+
 def _error_classes() -> list[type[errors.LargeQueueError]]:
     return [
         c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.LargeQueueError)

@@ -70,10 +70,15 @@ _ERROR_BY_CODE: dict[int, type[errors.BackendError]] = {
 
 
 def _attribute(exc: BaseException, name: str, position: int) -> Any:
-    value = getattr(exc, name, None)
-    if value is None and len(exc.args) > position:
-        value = exc.args[position]
-    return value
+    """A detail of a client exception: from its own ``args`` (code, msg, file, line, in_doubt).
+
+    Not from its attributes first: the client sets ``code``, ``msg`` and
+    ``in_doubt`` on the exception *class* when it raises, so another error
+    raised meanwhile (in another thread, say) shows through them.
+    """
+    if len(exc.args) > position:
+        return exc.args[position]
+    return getattr(exc, name, None)
 
 
 def translate(exc: BaseException) -> errors.BackendError:

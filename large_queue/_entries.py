@@ -64,12 +64,61 @@ def _check_value(value: Any, as_json: bool, depth: int) -> None:
     """Raise ``_Refused`` for the first part of ``value`` that cannot be stored.
 
     The path to it is collected on the way out, so an entry that passes
-    costs no string building.
+    costs no string building; a container's plain strings, ints and floats
+    are checked in its own loop, without a call each (most entries are
+    flat dicts and lists).
     """
     kind = type(value)
+    if kind is list:
+        _check_depth(depth)
+        for index, item in enumerate(value):
+            item_kind = type(item)
+            if item_kind is str and (as_json or "\x00" not in item):
+                continue
+            if item_kind is int and INT64_MIN <= item <= INT64_MAX:
+                continue
+            try:
+                _check_value(item, as_json, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f"[{index}]")
+                raise
+        return
+    if kind is dict:
+        _check_depth(depth)
+        keys = (str,) if as_json else (str, int, bytes)
+        for key, item in value.items():
+            key_kind = type(key)
+            if key_kind not in keys:
+                raise _Refused(
+                    f"has a key of type {key_kind.__name__}; dict keys must be"
+                    + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
+                )
+            if key_kind is str and not as_json and "\x00" in key:
+                raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
+            item_kind = type(item)
+            if item_kind is str and (as_json or "\x00" not in item):
+                continue
+            if item_kind is int and INT64_MIN <= item <= INT64_MAX:
+                continue
+            try:
+                _check_value(item, as_json, depth + 1)
+            except _Refused as refused:
+                refused.path.append(f"[{key!r}]")
+                raise
+        return
     if kind is str:
         if not as_json and "\x00" in value:
             raise _Refused(f"is a str holding a NUL character: {_NUL}")
+        return
+    if kind is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise _Refused(f"= {value} does not fit a signed 64-bit integer")
+        return
+    if kind is float:
+        if as_json and not math.isfinite(value):
+            raise _Refused(f"= {value}, which JSON cannot hold")
+        return
+    if value is None or kind is bool:
         return
     if kind is bytes or kind is bytearray:
         if as_json:
@@ -78,50 +127,18 @@ def _check_value(value: Any, as_json: bool, depth: int) -> None:
                 " (create it with encoding='native' to keep bytes)"
             )
         return
-    if kind is float:
-        if as_json and not math.isfinite(value):
-            raise _Refused(f"= {value}, which JSON cannot hold")
-        return
-    if value is None or kind is bool:
-        return
-    if kind is int:
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise _Refused(f"= {value} does not fit a signed 64-bit integer")
-        return
-    if kind is list or kind is dict:
-        if depth == MAX_NESTING_DEPTH:
-            raise _Refused(
-                f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts,"
-                " more than the stores can read back"
-            )
-        if kind is list:
-            for index, item in enumerate(value):
-                try:
-                    _check_value(item, as_json, depth + 1)
-                except _Refused as refused:
-                    refused.path.append(f"[{index}]")
-                    raise
-            return
-        keys = (str,) if as_json else (str, int, bytes)
-        for key, item in value.items():
-            if type(key) not in keys:
-                raise _Refused(
-                    f"has a key of type {type(key).__name__}; dict keys must be"
-                    + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
-                )
-            if type(key) is str and not as_json and "\x00" in key:
-                raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
-            try:
-                _check_value(item, as_json, depth + 1)
-            except _Refused as refused:
-                refused.path.append(f"[{key!r}]")
-                raise
-        return
     hint = " (use a list)" if kind is tuple else ""
     raise _Refused(
         f"is a {kind.__name__}, which the store cannot keep{hint}; entries are made of"
         " None, bool, int, float, str, bytes, list and dict"
     )
+
+
+def _check_depth(depth: int) -> None:
+    if depth == MAX_NESTING_DEPTH:
+        raise _Refused(
+            f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts, more than the stores can read back"
+        )
 
 
 _NUL = (

@@ -15,8 +15,10 @@ from large_queue.backends.aerospike import compile_condition, translate
 from large_queue.backends.conditions import (
     UNKNOWN,
     BinExists,
+    Bound,
     IntBin,
     Not,
+    Param,
     SinceUpdateMs,
     StrBin,
     all_of,
@@ -171,6 +173,22 @@ def test_conditions_compile_to_the_clients_filter_expressions() -> None:
     ).compile()
     assert compile_condition(condition) == expected
     assert compile_condition(eq(IntBin("n"), 5)) == exp.Eq(exp.IntBin("n"), 5).compile()
+
+
+def test_bound_templates_compile_and_evaluate_as_their_literal_conditions() -> None:
+    template = any_of(
+        eq(StrBin("owner"), Param("owner")), all_of(le(IntBin("c"), Param("limit")), BinExists("x"))
+    )
+    for values in ({"owner": "a", "limit": 3}, {"owner": "b", "limit": 9}):
+        literal = any_of(
+            eq(StrBin("owner"), values["owner"]), all_of(le(IntBin("c"), values["limit"]), BinExists("x"))
+        )
+        bound = Bound(template, values)
+        assert compile_condition(bound) == compile_condition(literal)
+        for bins in ({"owner": "a"}, {"c": 5, "x": 1}, {"owner": "b", "c": 2}):
+            assert evaluate(bound, bins, 0) is evaluate(literal, bins, 0)
+    with pytest.raises(TypeError, match="bind it"):
+        compile_condition(template)
 
 
 def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:

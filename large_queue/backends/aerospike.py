@@ -148,15 +148,48 @@ def _bin_leaf(kind: str, name: str) -> tuple[Any, ...]:
     return compiled
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_condition(condition: c.Condition) -> list[tuple[Any, ...]]:
-    """Compile a condition tree to an Aerospike filter expression (cached)."""
+    """Compile a condition tree to an Aerospike filter expression.
+
+    A bound template is compiled once and then only has its values put in.
+    """
+    if isinstance(condition, c.Bound):
+        compiled, positions = _template(condition.template)
+        bound = list(compiled)
+        for index, name in positions:
+            bound[index] = _value(condition.values[name])
+        return bound
+    return _compiled(condition)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(condition: c.Condition) -> list[tuple[Any, ...]]:
     compiled: list[tuple[Any, ...]] = []
     _emit(condition, compiled)
+    if any(isinstance(part, c.Param) for part in compiled):
+        raise TypeError(f"{condition!r} has parameters: bind it (conditions.Bound)")
     return compiled
 
 
-def _emit(node: Any, out: list[tuple[Any, ...]]) -> None:
+# template id -> (template, compiled form with Param placeholders, their positions)
+_TEMPLATES: dict[int, tuple[c.Condition, list[Any], list[tuple[int, str]]]] = {}
+
+
+def _template(template: c.Condition) -> tuple[list[Any], list[tuple[int, str]]]:
+    found = _TEMPLATES.get(id(template))
+    if found is None or found[0] is not template:
+        compiled: list[Any] = []
+        _emit(template, compiled)
+        positions = [(index, part.name) for index, part in enumerate(compiled) if isinstance(part, c.Param)]
+        found = _TEMPLATES[id(template)] = (template, compiled, positions)  # keeps the template alive
+    return found[1], found[2]
+
+
+def _value(value: int | str) -> tuple[Any, ...]:
+    return (_VALUE[0], _VALUE[1], {"val": value}, _VALUE[3])
+
+
+def _emit(node: Any, out: list[Any]) -> None:
     if isinstance(node, c.Compare):
         out.append(_COMPARE_HEADS[node.op])
         _emit(node.left, out)
@@ -174,8 +207,10 @@ def _emit(node: Any, out: list[tuple[Any, ...]]) -> None:
         out.append(_bin_leaf(type(node).__name__, node.name))
     elif isinstance(node, c.SinceUpdateMs):
         out.append(_SINCE_UPDATE)
+    elif isinstance(node, c.Param):
+        out.append(node)  # a placeholder, replaced when the template is bound
     elif isinstance(node, (int, str)):
-        out.append((_VALUE[0], _VALUE[1], {"val": node}, _VALUE[3]))
+        out.append(_value(node))
     else:
         raise TypeError(f"not a condition node: {node!r}")
 

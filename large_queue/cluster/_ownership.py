@@ -37,7 +37,17 @@ from large_queue import errors
 from large_queue._guarded import guarded_write
 from large_queue._records import NODES
 from large_queue.backends import Read, ReadSinceUpdate, Write, WriteMode
-from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, eq, gt
+from large_queue.backends.conditions import (
+    Bound,
+    Condition,
+    IntBin,
+    Param,
+    SinceUpdateMs,
+    StrBin,
+    all_of,
+    eq,
+    gt,
+)
 from large_queue.queue import Queue
 
 OWNER = "owner"
@@ -48,6 +58,10 @@ INFLIGHT = "inflight"
 SILENT_MS = "silent_ms"  # an expression result, not a stored bin
 INTERESTED = "interested"
 MAX_NODE_ID_CHARS = 40
+
+
+#: the owner record names this node and this epoch
+_MINE = all_of(eq(StrBin(OWNER), Param("node")), eq(IntBin(EPOCH), Param("epoch")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +244,7 @@ class Ownership:
         self._owner_write(epoch, [Write(OWNER, self.node_id)])
 
     def _mine(self, epoch: int) -> Condition:
-        return all_of(eq(StrBin(OWNER), self.node_id), eq(IntBin(EPOCH), epoch))
+        return Bound(_MINE, {"node": self.node_id, "epoch": epoch})
 
     def _owner_write(self, epoch: int, operations: list[Any]) -> None:
         guarded_write(

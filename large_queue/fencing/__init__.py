@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from large_queue._records import FENCE_COUNTER, FENCE_EPOCH
 from large_queue.backends import Write
-from large_queue.backends.conditions import Condition, IntBin, all_of, any_of, eq, le, lt
+from large_queue.backends.conditions import Bound, Condition, IntBin, Param, all_of, any_of, eq, le, lt
 
 #: the counter value at which a new epoch starts (Aerospike integers are signed 64-bit)
 DEFAULT_COUNTER_LIMIT = 2**62
@@ -52,12 +52,15 @@ class FencingToken:
         return f"{self.epoch}:{self.counter}"
 
 
+_NO_NEWER_WRITER = any_of(
+    lt(IntBin(FENCE_EPOCH), Param("epoch")),
+    all_of(eq(IntBin(FENCE_EPOCH), Param("epoch")), le(IntBin(FENCE_COUNTER), Param("counter"))),
+)
+
+
 def no_newer_writer(token: FencingToken) -> Condition:
     """Guard for a buffer write: every token that wrote the record is <= ``token``."""
-    return any_of(
-        lt(IntBin(FENCE_EPOCH), token.epoch),
-        all_of(eq(IntBin(FENCE_EPOCH), token.epoch), le(IntBin(FENCE_COUNTER), token.counter)),
-    )
+    return Bound(_NO_NEWER_WRITER, {"epoch": token.epoch, "counter": token.counter})
 
 
 def mark(token: FencingToken) -> list[Write]:

@@ -48,7 +48,18 @@ from large_queue._records import (
     QueueKeys,
 )
 from large_queue.backends import Backend, Increment, Operation, Read, Write
-from large_queue.backends.conditions import Condition, IntBin, SinceUpdateMs, StrBin, all_of, any_of, eq, gt
+from large_queue.backends.conditions import (
+    Bound,
+    Condition,
+    IntBin,
+    Param,
+    SinceUpdateMs,
+    StrBin,
+    all_of,
+    any_of,
+    eq,
+    gt,
+)
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, FencingToken
 
 
@@ -87,6 +98,13 @@ class LockGrant:
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
 
 
+_HELD_BY = all_of(
+    eq(StrBin(LOCK_OWNER), Param("owner")),
+    eq(IntBin(FENCE_EPOCH), Param("epoch")),
+    eq(IntBin(FENCE_COUNTER), Param("counter")),
+)
+
+
 class _Busy(Exception):
     """The lock is held and has not expired; try again."""
 
@@ -110,10 +128,8 @@ class QueueLock:
     @staticmethod
     def held_by(grant: LockGrant) -> Condition:
         """The lock is still this grant's: same owner and no later token issued."""
-        return all_of(
-            eq(StrBin(LOCK_OWNER), grant.txn_id),
-            eq(IntBin(FENCE_EPOCH), grant.token.epoch),
-            eq(IntBin(FENCE_COUNTER), grant.token.counter),
+        return Bound(
+            _HELD_BY, {"owner": grant.txn_id, "epoch": grant.token.epoch, "counter": grant.token.counter}
         )
 
     def try_acquire(self, txn_id: str) -> LockGrant:

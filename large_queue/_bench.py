@@ -17,6 +17,7 @@ beside each rate.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import time
 import uuid
@@ -28,10 +29,12 @@ from tqdm import tqdm
 
 from large_queue import _floor
 from large_queue._records import QueueKeys
-from large_queue.backends import Backend, Increment, Read, WriteMode, connect
+from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
 from large_queue.queue import Queue
 
 CONCURRENT_ROUNDS = 3
+#: rounds in which each operation alternates with its floor
+PHASE_ROUNDS = 6
 CONCURRENT_OPERATIONS_FACTOR = 3
 
 
@@ -47,6 +50,7 @@ class Figure:
     cpu_seconds: float
     unit: str = "ops"
     floor: Figure | None = None
+    raw: Figure | None = None  # raw commands timed in the same rounds
 
     @property
     def rate(self) -> float:
@@ -73,49 +77,9 @@ def _clock() -> Iterator[list[float]]:
     spent[0], spent[1] = time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _timed(
-    name: str,
-    backend: Backend,
-    count: int,
-    step: Callable[[int], int],
-    *,
-    unit: str = "ops",
-    progress: bool = True,
-) -> Figure:
-    """Run ``step(i)`` ``count`` times; each returns how many operations it did."""
-    done = 0
-    before = backend.commands
-    with _clock() as spent:
-        for i in tqdm(range(count), desc=name, leave=False, disable=not progress, mininterval=0.5):
-            done += step(i)
-    return Figure(
-        name=name,
-        operations=done,
-        calls=count,
-        seconds=spent[0],
-        round_trips=backend.commands - before,
-        cpu_seconds=spent[1],
-        unit=unit,
-    )
-
-
-def _raw_commands(backend: Backend, count: int, progress: bool) -> Figure:
-    key = QueueKeys(
-        name=f"bench-raw-{uuid.uuid4().hex[:8]}",
-        metadata_namespace=backend.default_namespace,
-        buffer_namespace=backend.default_namespace,
-    ).metadata
-    backend.put(key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
-    try:
-        return _timed(
-            "raw single-record command",
-            backend,
-            count,
-            lambda i: len(backend.operate(key, [Increment("n", 1), Read("n")])),
-            progress=progress,
-        )
-    finally:
-        backend.remove(key)
+def _raw_command(backend: Backend, key: RecordKey) -> int:
+    """The raw single-record command: increment a counter and read it back."""
+    return len(backend.operate(key, [Increment("n", 1), Read("n")]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,46 +172,89 @@ class _Twins:
     recorded: Queue
     recording: _floor.Recording
     replayed: Queue
+    raw_key: RecordKey  # the record of the raw commands timed beside each phase
+
+
+def _shares(count: int, rounds: int) -> list[int]:
+    """``count`` split into at most ``rounds`` near-equal positive parts."""
+    return [part for part in (count * (r + 1) // rounds - count * r // rounds for r in range(rounds)) if part]
+
+
+def _prepared(twins: _Twins) -> list[_floor.Replay]:
+    """What the recorded twin was sent since the log was last cleared, prepared for the floor's twin."""
+    log = twins.recording.log
+    replays = _floor.prepare(
+        log, twins.replayed.backend, source=twins.recorded.name, target=twins.replayed.name
+    )
+    log.clear()
+    return replays
 
 
 def _run_phase(phase: Phase, twins: _Twins, progress: bool) -> Figure:
-    with phase.opened(twins.timed) as handle:
-        figure = _timed(
-            phase.name,
-            twins.timed.backend,
-            phase.count,
-            lambda i: phase.step(handle, i),
-            unit=phase.unit,
-            progress=progress,
-        )
-    log = twins.recording.log
-    log.clear()
-    with phase.opened(twins.recorded) as handle:
-        opening = len(log)
-        for i in range(phase.count):
-            phase.step(handle, i)
-        body = len(log)
-    closing = len(log)
-    backend = twins.replayed.backend
-    source, target = twins.recorded.name, twins.replayed.name
-    before, commands, after = (
-        _floor.prepare(part, backend, source=source, target=target)
-        for part in (log[:opening], log[opening:body], log[body:closing])
-    )
-    _floor.run(before)
-    with _clock() as spent:
-        _floor.run(commands)
-    _floor.run(after)
+    """Time ``phase`` through the library and as its floor, in alternating rounds.
+
+    Each round runs a share of the operations on the timed twin, the same
+    share on the recorded twin (untimed), and then replays what was recorded
+    on the third twin, prepared ahead: a slow moment of the machine hits
+    both sides alike.
+    """
+    backend = twins.timed.backend
+    library_seconds = library_cpu = floor_seconds = floor_cpu = raw_seconds = raw_cpu = 0.0
+    operations = library_commands = floor_commands = 0
+    twins.recording.log.clear()
+    with phase.opened(twins.timed) as timed, phase.opened(twins.recorded) as recorded:
+        _floor.run(_prepared(twins))  # the floor's twin is opened alike, untimed
+        done = 0
+        for share in tqdm(
+            _shares(phase.count, PHASE_ROUNDS), desc=phase.name, leave=False, disable=not progress
+        ):
+            commands = backend.commands
+            with _clock() as spent:
+                for i in range(done, done + share):
+                    operations += phase.step(timed, i)
+            library_commands += backend.commands - commands
+            library_seconds, library_cpu = library_seconds + spent[0], library_cpu + spent[1]
+            for i in range(done, done + share):
+                phase.step(recorded, i)
+            replays = _prepared(twins)
+            with _clock() as spent:
+                _floor.run(replays)
+            floor_commands += len(replays)
+            floor_seconds, floor_cpu = floor_seconds + spent[0], floor_cpu + spent[1]
+            with _clock() as spent:
+                for _ in replays:
+                    _raw_command(backend, twins.raw_key)
+            raw_seconds, raw_cpu = raw_seconds + spent[0], raw_cpu + spent[1]
+            done += share
+    _floor.run(_prepared(twins))  # and closed alike
     floor = Figure(
         name="  floor: the same commands, prepared",
-        operations=figure.operations,
+        operations=operations,
         calls=phase.count,
-        seconds=spent[0],
-        round_trips=len(commands),
-        cpu_seconds=spent[1],
+        seconds=floor_seconds,
+        round_trips=floor_commands,
+        cpu_seconds=floor_cpu,
         unit=phase.unit,
     )
-    return Figure(**{**figure.__dict__, "floor": floor})
+    raw = Figure(
+        name="raw single-record command",
+        operations=floor_commands,
+        calls=floor_commands,
+        seconds=raw_seconds,
+        round_trips=floor_commands,
+        cpu_seconds=raw_cpu,
+    )
+    return Figure(
+        name=phase.name,
+        operations=operations,
+        calls=phase.count,
+        seconds=library_seconds,
+        round_trips=library_commands,
+        cpu_seconds=library_cpu,
+        unit=phase.unit,
+        floor=dataclasses.replace(floor, raw=raw),
+        raw=raw,
+    )
 
 
 def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:
@@ -329,9 +336,10 @@ class Report:
     def _line(self, figure: Figure, floor: Figure | None) -> str:
         rate = f"{figure.rate:,.0f} {figure.unit}/s"
         versus_floor = f"{figure.rate / floor.rate:8.2f}" if floor is not None and floor.rate else f"{'':>8}"
+        raw = figure.raw or self.raw
         return (
             f"{figure.name:46} {rate:>20} {figure.round_trips_per_call:>11.3f}"
-            f" {figure.rate / self.raw.rate:>6.2f} {figure.cpu_us_per_call:>8.0f} {versus_floor}"
+            f" {figure.rate / raw.rate:>6.2f} {figure.cpu_us_per_call:>8.0f} {versus_floor}"
         )
 
 
@@ -352,6 +360,9 @@ def measure(
     capacity = max(operations, batches * batch_size) + operations
     recording = _floor.Recording(backend)
     names = [f"{name}-{role}" for role in ("timed", "rec", "floor")]
+    raw_key = QueueKeys(
+        name=f"{name}-raw", metadata_namespace=backend.default_namespace, buffer_namespace=""
+    ).metadata
     try:
         queues = [Queue.create(backend, twin, capacity=capacity, slots_per_record=100) for twin in names]
         twins = _Twins(
@@ -359,14 +370,25 @@ def measure(
             recorded=Queue.open(recording, names[1]),
             recording=recording,
             replayed=queues[2],
+            raw_key=raw_key,
         )
-        raw = _raw_commands(backend, operations, progress)
+        backend.put(twins.raw_key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
         figures = [
             _run_phase(phase, twins, progress) for phase in _phases(capacity, operations, batches, batch_size)
         ]
     finally:
+        backend.remove(raw_key)
         for twin in names:
             Queue.delete(backend, twin)
+    samples = [figure.raw for figure in figures if figure.raw is not None]
+    raw = Figure(
+        name="raw single-record command (all rounds)",
+        operations=sum(sample.operations for sample in samples),
+        calls=sum(sample.calls for sample in samples),
+        seconds=sum(sample.seconds for sample in samples),
+        round_trips=sum(sample.round_trips for sample in samples),
+        cpu_seconds=sum(sample.cpu_seconds for sample in samples),
+    )
     # The same number of entries either way (enough that starting and finishing
     # are a small part of a round), in interleaved rounds so that a slow moment
     # of the machine hits both sides; the median round counts.

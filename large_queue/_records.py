@@ -13,6 +13,7 @@ The metadata record carries ``format`` so later versions can migrate.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,11 @@ class QueueShape:
         return grouped
 
 
+@functools.lru_cache(maxsize=4096)
+def _buffer_key(namespace: str, name: str, record_index: int) -> RecordKey:
+    return RecordKey(namespace, name, f"{BUFFER_KEY_PREFIX}{record_index}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueKeys:
     """The record keys of one queue."""
@@ -115,14 +121,14 @@ class QueueKeys:
     metadata_namespace: str
     buffer_namespace: str
 
-    @property
+    @functools.cached_property
     def metadata(self) -> RecordKey:
         """Key of the metadata record."""
         return RecordKey(self.metadata_namespace, self.name, METADATA_KEY)
 
     def buffer(self, record_index: int) -> RecordKey:
         """Key of buffer record ``record_index``."""
-        return RecordKey(self.buffer_namespace, self.name, f"{BUFFER_KEY_PREFIX}{record_index}")
+        return _buffer_key(self.buffer_namespace, self.name, record_index)
 
     @property
     def owner(self) -> RecordKey:

@@ -151,37 +151,35 @@ def _bin_leaf(kind: str, name: str) -> tuple[Any, ...]:
 def compile_condition(condition: c.Condition) -> list[tuple[Any, ...]]:
     """Compile a condition tree to an Aerospike filter expression.
 
-    A bound template is compiled once and then only has its values put in.
+    Each condition object is compiled once (conditions are constants or
+    templates); a bound template then only has its values put in.
     """
     if isinstance(condition, c.Bound):
-        compiled, positions = _template(condition.template)
+        compiled, positions = _compiled(condition.template)
         bound = list(compiled)
         for index, name in positions:
             bound[index] = _value(condition.values[name])
         return bound
-    return _compiled(condition)
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(condition: c.Condition) -> list[tuple[Any, ...]]:
-    compiled: list[tuple[Any, ...]] = []
-    _emit(condition, compiled)
-    if any(isinstance(part, c.Param) for part in compiled):
+    compiled, positions = _compiled(condition)
+    if positions:
         raise TypeError(f"{condition!r} has parameters: bind it (conditions.Bound)")
     return compiled
 
 
-# template id -> (template, compiled form with Param placeholders, their positions)
-_TEMPLATES: dict[int, tuple[c.Condition, list[Any], list[tuple[int, str]]]] = {}
+# id of a condition -> (the condition, its compiled form with Param placeholders, their positions)
+_COMPILED: dict[int, tuple[c.Condition, list[Any], list[tuple[int, str]]]] = {}
+_MOST_COMPILED = 1024  # conditions built per command are not templates: forget them now and then
 
 
-def _template(template: c.Condition) -> tuple[list[Any], list[tuple[int, str]]]:
-    found = _TEMPLATES.get(id(template))
-    if found is None or found[0] is not template:
+def _compiled(condition: c.Condition) -> tuple[list[Any], list[tuple[int, str]]]:
+    found = _COMPILED.get(id(condition))
+    if found is None or found[0] is not condition:
         compiled: list[Any] = []
-        _emit(template, compiled)
+        _emit(condition, compiled)
         positions = [(index, part.name) for index, part in enumerate(compiled) if isinstance(part, c.Param)]
-        found = _TEMPLATES[id(template)] = (template, compiled, positions)  # keeps the template alive
+        if len(_COMPILED) >= _MOST_COMPILED:
+            _COMPILED.clear()
+        found = _COMPILED[id(condition)] = (condition, compiled, positions)  # keeps the id taken
     return found[1], found[2]
 
 
@@ -218,18 +216,28 @@ def _emit(node: Any, out: list[Any]) -> None:
 _READ_SINCE_UPDATE = [_SINCE_UPDATE]
 
 
+_BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
+    Read: lambda op: {"op": aerospike.OPERATOR_READ, "bin": op.bin},
+    Write: lambda op: {"op": aerospike.OPERATOR_WRITE, "bin": op.bin, "val": op.value},
+    Increment: lambda op: {"op": aerospike.OPERATOR_INCR, "bin": op.bin, "val": op.by},
+    ListSet: lambda op: {"op": aerospike.OP_LIST_SET, "bin": op.bin, "index": op.index, "val": op.value},
+    ListGetRange: lambda op: {
+        "op": aerospike.OP_LIST_GET_RANGE,
+        "bin": op.bin,
+        "index": op.index,
+        "val": op.count,
+    },
+    ReadSinceUpdate: lambda op: expression_operations.expression_read(op.bin, _READ_SINCE_UPDATE),
+}
+
+
 def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     """The client's operation dictionaries for ``operations``, in order."""
     built: list[dict[str, Any]] = []
     for op in operations:
-        if isinstance(op, Read):
-            built.append({"op": aerospike.OPERATOR_READ, "bin": op.bin})
-        elif isinstance(op, Write):
-            built.append({"op": aerospike.OPERATOR_WRITE, "bin": op.bin, "val": op.value})
-        elif isinstance(op, Increment):
-            built.append({"op": aerospike.OPERATOR_INCR, "bin": op.bin, "val": op.by})
-        elif isinstance(op, ListSet):
-            built.append({"op": aerospike.OP_LIST_SET, "bin": op.bin, "index": op.index, "val": op.value})
+        builder = _BUILDERS.get(type(op))
+        if builder is not None:
+            built.append(builder(op))
         elif isinstance(op, ListSetRange):
             # Aerospike has no "set a range": remove it and insert the new values, in one command.
             built.append(
@@ -243,12 +251,6 @@ def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
             built.append(
                 {"op": aerospike.OP_LIST_INSERT_ITEMS, "bin": op.bin, "index": op.index, "val": op.values}
             )
-        elif isinstance(op, ListGetRange):
-            built.append(
-                {"op": aerospike.OP_LIST_GET_RANGE, "bin": op.bin, "index": op.index, "val": op.count}
-            )
-        elif isinstance(op, ReadSinceUpdate):
-            built.append(expression_operations.expression_read(op.bin, _READ_SINCE_UPDATE))
         else:
             raise TypeError(f"unknown operation {op!r}")
     return built
@@ -387,10 +389,10 @@ class AerospikeBackend(Backend):
         generation: int | None = None,
     ) -> dict[str, Any]:
         """Apply operations atomically to an existing record; return the reads."""
-        command = self._operate_command(key, operations, condition, generation)
+        arguments = self._operate_arguments(key, operations, condition, generation)
         self._count()
         with mapped_errors:
-            _, _, bins = command()
+            _, _, bins = self.client.operate(*arguments)
         return bins or {}
 
     def _operate_command(
@@ -400,7 +402,23 @@ class AerospikeBackend(Backend):
         condition: c.Condition | None,
         generation: int | None,
     ) -> Callable[[], tuple[Any, Any, dict[str, Any] | None]]:
-        reads_only = all(isinstance(op, READ_OPERATIONS) for op in operations)
+        return functools.partial(
+            self.client.operate, *self._operate_arguments(key, operations, condition, generation)
+        )
+
+    def _operate_arguments(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        condition: c.Condition | None,
+        generation: int | None,
+    ) -> tuple[tuple[str, str, str], list[dict[str, Any]], dict[str, int] | None, dict[str, Any]]:
+        """The client's ``operate`` arguments: key, operations, meta and policy."""
+        reads_only = True
+        for op in operations:
+            if type(op) not in READ_OPERATIONS:
+                reads_only = False
+                break
         policy = self._operate_read_policy if reads_only else self._operate_policy
         meta: dict[str, int] | None = None
         if condition is not None or generation is not None:
@@ -410,9 +428,7 @@ class AerospikeBackend(Backend):
             if generation is not None:
                 policy["gen"] = aerospike.POLICY_GEN_EQ
                 meta = {"gen": generation}
-        return functools.partial(
-            self.client.operate, self._key(key), _operations(operations), meta=meta, policy=policy
-        )
+        return (key.namespace, key.set_name, key.user_key), _operations(operations), meta, policy
 
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """The client call for ``operate`` or ``batch_get`` with its arguments built ahead."""

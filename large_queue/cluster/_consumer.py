@@ -7,9 +7,10 @@ hands ownership on when the time slice is over and another node wants it.
 ``receive`` delivers only while this node owns the queue (consumers are
 stopped otherwise) and never starts a delivery after the slice is over.
 
-While owning, a node needs no queue lock: a delivery is one batch get (the
-metadata record and the buffer records it needs) and one owner-guarded write;
-an ack is one owner-guarded write. The queue's head (what producers see as
+While owning, a node needs no queue lock: a delivery is one read (the slots
+it needs; with the metadata record, in one batch, only when it must look
+past the tail it has already seen) and one owner-guarded write; an ack is
+one owner-guarded write. The queue's head (what producers see as
 consumed) advances to the acked prefix now and then, under the queue lock.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue.backends import ListGetRange
+from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, successor
 from large_queue.queue import Entry, Queue
 
@@ -137,6 +138,7 @@ class Consumer:
         self._owner_since = 0.0
         self._last_owner_write = 0.0
         self._queue_head = 0
+        self._seen_tail = 0  # the highest tail read from the metadata record while owning
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -248,30 +250,39 @@ class Consumer:
             first, last = wanted.get(shape.record_of(offset), (index, index))
             wanted[shape.record_of(offset)] = (min(first, index), max(last, index))
         records = sorted(wanted)
-        found = self.queue.backend.batch_read(
-            [
-                (self.queue.keys.metadata, None),
-                *(
-                    (
-                        self.queue.keys.buffer(r),
-                        [ListGetRange(rec.SLOTS, wanted[r][0], wanted[r][1] - wanted[r][0] + 1)],
-                    )
-                    for r in records
-                ),
-            ]
-        )
-        if found[0] is None:
-            raise errors.QueueNotFoundError(
-                f"queue {self.queue.name!r} does not exist", queue=self.queue.name
+        reads: list[tuple[RecordKey, list[Operation] | None]] = [
+            (
+                self.queue.keys.buffer(r),
+                [ListGetRange(rec.SLOTS, wanted[r][0], wanted[r][1] - wanted[r][0] + 1)],
             )
-        metadata = rec.parse_metadata(self.queue.name, found[0])
-        self._queue_head = metadata.head
+            for r in records
+        ]
+        # Offsets below a tail already seen are committed for good (the tail only grows):
+        # the metadata record is read again only to look past it.
+        found: list[dict[str, Any] | None]
+        if (candidates and candidates[-1] >= self._seen_tail) or not self._seen_tail:
+            found = self.queue.backend.batch_read([(self.queue.keys.metadata, None), *reads])
+            if found[0] is None:
+                raise errors.QueueNotFoundError(
+                    f"queue {self.queue.name!r} does not exist", queue=self.queue.name
+                )
+            metadata = rec.parse_metadata(self.queue.name, found[0])
+            self._queue_head, self._seen_tail = metadata.head, metadata.tail
+            found = found[1:]
+        elif len(reads) == 1:
+            key, operations = reads[0]
+            try:
+                found = [self.queue.backend.operate(key, operations or [])]
+            except errors.RecordNotFoundError:
+                found = [None]  # as a batch read reports it: its entries are gone
+        else:
+            found = self.queue.backend.batch_read(reads) if reads else []
         slots: dict[int, Any] = {}
-        for record, buffer in zip(records, found[1:], strict=True):
+        for record, buffer in zip(records, found, strict=True):
             slots[record] = buffer.get(rec.SLOTS) if buffer is not None else None
-        cursor = max(self._cursor, metadata.head)  # below the head: dropped by overwriting producers
-        fresh = [o for o in candidates if cursor <= o < metadata.tail]
-        inflight = {o: c for o, c in self._inflight.items() if o >= metadata.head}
+        cursor = max(self._cursor, self._queue_head)  # below the head: dropped by overwriting producers
+        fresh = [o for o in candidates if cursor <= o < self._seen_tail]
+        inflight = {o: c for o, c in self._inflight.items() if o >= self._queue_head}
         delivered: list[Message | Entry] = []
         for offset in [*redeliver, *fresh]:
             record = shape.record_of(offset)

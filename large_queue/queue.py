@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import NATIVE, check_encoding, check_entries, max_entry_bytes
+from large_queue._frozen import frozen
 from large_queue.backends import Backend, ListGetRange, ListSetRange, Operation, Write, WriteMode, connect
 from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer
@@ -56,20 +57,6 @@ class Entry:
     offset: int
     value: Any
     enqueued_at_ms: int
-
-
-def _entry(offset: int, value: Any, enqueued_at_ms: int) -> Entry:
-    """An ``Entry`` made without the frozen dataclass's ``__init__``.
-
-    Its three ``object.__setattr__`` calls were half of what a dequeued
-    entry cost the library; the result is the same frozen instance.
-    """
-    entry = _new_object(Entry)
-    entry.__dict__.update(offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
-    return entry
-
-
-_new_object = object.__new__
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -452,13 +439,13 @@ class Queue:
                         and slot[0] == offset
                         and type(slot[0]) is int
                     ):
-                        taken.append(_entry(offset, slot[1], slot[2]))
+                        taken.append(frozen(Entry, offset=offset, value=slot[1], enqueued_at_ms=slot[2]))
                         continue
                     found = rec.slot_entry(self.name, record, slot, offset, self.encoding)
                     if found is None:
                         skipped += 1
                     else:
-                        taken.append(_entry(offset, found[0], found[1]))
+                        taken.append(frozen(Entry, offset=offset, value=found[0], enqueued_at_ms=found[1]))
         if any(len(runs) > 1 for runs in by_record.values()):
             taken.sort(key=lambda entry: entry.offset)  # a record's second run came before other records'
         return grant, taken, skipped, stop

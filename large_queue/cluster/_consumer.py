@@ -26,6 +26,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._frozen import frozen
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, successor
 from large_queue.queue import Entry, Queue
@@ -245,10 +246,14 @@ class Consumer:
         candidates = range(self._cursor, self._cursor + max(budget, 0))
         # Only the slots wanted, from each buffer record: a run from the first to the last.
         wanted: dict[int, tuple[int, int]] = {}
-        for offset in [*redeliver, *candidates]:
-            index = shape.slot_of(offset)
-            first, last = wanted.get(shape.record_of(offset), (index, index))
-            wanted[shape.record_of(offset)] = (min(first, index), max(last, index))
+        runs = [range(o, o + 1) for o in redeliver]
+        for record_runs in shape.runs(candidates.start, candidates.stop).values():
+            runs += record_runs
+        for run in runs:
+            record, first, last = shape.record_of(run.start), shape.slot_of(run.start), shape.slot_of(run[-1])
+            if record in wanted:
+                first, last = min(first, wanted[record][0]), max(last, wanted[record][1])
+            wanted[record] = (first, last)
         records = sorted(wanted)
         reads: list[tuple[RecordKey, list[Operation] | None]] = [
             (
@@ -297,11 +302,12 @@ class Consumer:
                 )
                 continue
             if auto_ack:
-                delivered.append(Entry(offset=offset, value=entry[0], enqueued_at_ms=entry[1]))
+                delivered.append(frozen(Entry, offset=offset, value=entry[0], enqueued_at_ms=entry[1]))
             else:
                 inflight[offset] = count
                 delivered.append(
-                    Message(
+                    frozen(
+                        Message,
                         offset=offset,
                         value=entry[0],
                         enqueued_at_ms=entry[1],

@@ -7,8 +7,8 @@ real clocks on both stores. The embedded store always runs. The Aerospike
 store runs when ``LARGE_QUEUE_TEST_AEROSPIKE=host:port`` is set (a server
 with namespaces ``test`` and ``bar``), or through testcontainers when a
 Docker engine answers; otherwise its tests are skipped with the reason.
-Known differences between the two stores are named in
-``KNOWN_DIFFERENCES``, not tested for by name in the tests.
+The one difference the tests see: the embedded store's clock is moved by
+hand (``Store.clock``), while on Aerospike ``Store.advance`` waits for real.
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ AEROSPIKE_IMAGE = "aerospike/aerospike-server:8.1.0.0"
 
 #: the second namespace every test store has (docker/aerospike.conf configures it too)
 SECOND_NAMESPACE = "bar"
-
-KNOWN_DIFFERENCES = {
-    "movable_clock": "the Aerospike server's clock cannot be moved: lock-expiry tests wait instead",
-    "configurable_record_size": "the record size limit is a server setting on Aerospike",
-}
 
 
 class ManualClock:
@@ -63,14 +58,9 @@ class Store:
     kind: str
     backend: Backend
     advance: Callable[[float], None]
-    clock: ManualClock | None = None
-    lacks: frozenset[str] = field(default_factory=frozenset)
+    clock: ManualClock | None = None  # None: a real clock, which tests wait on
+    remote: bool = False  # commands cross a network: state machines run fewer, shorter examples
     created: list[str] = field(default_factory=list)
-
-    def skip_if_lacking(self, feature: str) -> None:
-        """Skip the test when this store lacks ``feature`` (see KNOWN_DIFFERENCES)."""
-        if feature in self.lacks:
-            pytest.skip(KNOWN_DIFFERENCES[feature])
 
     def new_queue(self, **options: object) -> Queue:
         """A new queue with a unique name, deleted after the test."""
@@ -127,12 +117,7 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
     else:
         address = request.getfixturevalue("aerospike_address")
         backend = connect(f"aerospike://{address}/test")
-        result = Store(
-            "aerospike",
-            backend,
-            time.sleep,
-            lacks=frozenset({"movable_clock", "configurable_record_size"}),
-        )
+        result = Store("aerospike", backend, time.sleep, remote=True)
     yield result
     for name in result.created:
         Queue.delete(backend, name)

@@ -167,7 +167,6 @@ def test_oversize_entry_is_refused_and_queue_unchanged(store: Store) -> None:
 
 
 def test_record_size_limit_is_configurable(store: Store) -> None:
-    store.skip_if_lacking("configurable_record_size")
     small = store.new_queue(capacity=4, slots_per_record=2, record_size_limit=16384)
     assert small.max_entry_bytes < 8192
     with pytest.raises(EntryTooLargeError):

@@ -125,7 +125,7 @@ class SequentialMachine(RuleBasedStateMachine):
 
 
 def test_queue_matches_a_deque(store: Store) -> None:
-    scale = {} if store.kind == "embedded" else {"max_examples": 30, "stateful_step_count": 40}
+    scale = {"max_examples": 30, "stateful_step_count": 40} if store.remote else {}
     run_state_machine_as_test(lambda: SequentialMachine(store), settings=settings(**scale))
 
 
@@ -274,5 +274,5 @@ class InterleavingMachine(RuleBasedStateMachine):
 
 
 def test_interleaved_clients_with_broken_locks(store: Store) -> None:
-    scale = {} if store.kind == "embedded" else {"max_examples": 20, "stateful_step_count": 40}
+    scale = {"max_examples": 20, "stateful_step_count": 40} if store.remote else {}
     run_state_machine_as_test(lambda: InterleavingMachine(store), settings=settings(**scale))

@@ -274,13 +274,11 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
         frame.write.format("large_queue").option("url", url).option("queue", "out").mode("overwrite").save()
 
 
-def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, tmp_path: Path) -> None:
+def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, place: Place) -> None:
     from large_queue.spark import _bench
 
     lines: list[str] = []
-    figures = _bench.run(
-        f"embedded://{tmp_path}/bench.db", entries=3000, repeats=1, pause=0, log=lines.append
-    )
+    figures = _bench.run(place.url, entries=3000, repeats=1, pause=0, log=lines.append)
     labels = ("queue", "queue json", "parquet", "floor")
     assert all(figures[f"{label} rows/s"] > 0 for label in labels)
     for label in ("queue", "queue json", "floor"):  # each ratio is that read's rate over Parquet's

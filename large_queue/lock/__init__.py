@@ -35,6 +35,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from large_queue import errors
+from large_queue._frozen import frozen
 from large_queue._guarded import guarded_write
 from large_queue._records import (
     ERASED_BELOW,
@@ -94,6 +95,15 @@ class LockGrant:
     erased_below: int = 0  # dequeued slots below this offset were already erased
 
 
+#: what an acquire does besides naming its owner: a new token, and the state the holder needs
+_TAKE_AND_READ = (
+    Increment(FENCE_COUNTER, 1),
+    Read(HEAD),
+    Read(TAIL),
+    Read(FENCE_EPOCH),
+    Read(FENCE_COUNTER),
+    Read(ERASED_BELOW),
+)
 #: the lock has no owner, or its owner has been silent longer than the TTL
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
 
@@ -136,17 +146,7 @@ class QueueLock:
         """One attempt; raises ``_Busy`` when the lock is held and unexpired."""
         try:
             state = self.backend.operate(
-                self.keys.metadata,
-                [
-                    Write(LOCK_OWNER, txn_id),
-                    Increment(FENCE_COUNTER, 1),
-                    Read(HEAD),
-                    Read(TAIL),
-                    Read(FENCE_EPOCH),
-                    Read(FENCE_COUNTER),
-                    Read(ERASED_BELOW),
-                ],
-                condition=_FREE_OR_EXPIRED,
+                self.keys.metadata, [Write(LOCK_OWNER, txn_id), *_TAKE_AND_READ], condition=_FREE_OR_EXPIRED
             )
         except errors.ConditionNotMetError:
             raise _Busy() from None
@@ -158,9 +158,10 @@ class QueueLock:
             raise errors.QueueNotFoundError(
                 f"queue {self.keys.name!r} does not exist", queue=self.keys.name
             ) from None
-        grant = LockGrant(
+        grant = frozen(
+            LockGrant,
             txn_id=txn_id,
-            token=FencingToken(state[FENCE_EPOCH], state[FENCE_COUNTER]),
+            token=frozen(FencingToken, epoch=state[FENCE_EPOCH], counter=state[FENCE_COUNTER]),
             head=state[HEAD],
             tail=state[TAIL],
             acquired_at=time.monotonic(),

@@ -183,9 +183,7 @@ def _shares(count: int, rounds: int) -> list[int]:
 def _prepared(twins: _Twins) -> list[_floor.Replay]:
     """What the recorded twin was sent since the log was last cleared, prepared for the floor's twin."""
     log = twins.recording.log
-    replays = _floor.prepare(
-        log, twins.replayed.backend, source=twins.recorded.name, target=twins.replayed.name
-    )
+    replays = _floor.prepare(log, twins.replayed.backend, source=twins.recorded, target=twins.replayed)
     log.clear()
     return replays
 

@@ -87,9 +87,9 @@ def _check_buffers(
                 live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
                 lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
                 if repair:
-                    backend.put(
+                    backend.put(  # marked with the current token: only newer holders can write it
                         keys.buffer(index),
-                        _empty_buffer(shape.slots_per_record, token),
+                        rec.empty_buffer(shape.slots_per_record, token, metadata.incarnation),
                         mode=WriteMode.CREATE_ONLY,
                     )
                     report.repaired.append(f"{where} was missing and was recreated empty{lost}")
@@ -98,6 +98,12 @@ def _check_buffers(
                     report.problems.append(f"{where} is missing{lost}")
                 continue
             slots = buffer.bins.get(rec.SLOTS)
+            if buffer.bins.get(rec.INCARNATION) != metadata.incarnation:
+                report.problems.append(
+                    f"{where} belongs to another creation of the queue (incarnation"
+                    f" {buffer.bins.get(rec.INCARNATION)!r}, not {metadata.incarnation!r})"
+                )
+                continue
             marks = (buffer.bins.get(rec.FENCE_EPOCH), buffer.bins.get(rec.FENCE_COUNTER))
             if not all(type(mark) is int for mark in marks):
                 report.problems.append(f"{where} has missing or non-integer fencing marks {marks}")
@@ -135,11 +141,6 @@ def _check_buffers(
             missing.append(offset)
     if missing:
         report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
-
-
-def _empty_buffer(slots_per_record: int, token: tuple[int, int]) -> dict[str, Any]:
-    # Marked with the current token: only holders newer than this check can write it.
-    return {rec.FENCE_EPOCH: token[0], rec.FENCE_COUNTER: token[1], rec.SLOTS: [None] * slots_per_record}
 
 
 def _listed(offsets: list[int]) -> str:

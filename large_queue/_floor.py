@@ -19,7 +19,8 @@ from typing import Any
 
 from large_queue import errors
 from large_queue.backends import Backend, Operation, Record, RecordKey, WriteMode
-from large_queue.backends.conditions import Condition
+from large_queue.backends.conditions import Bound, Condition
+from large_queue.queue import Queue
 
 
 @dataclass(frozen=True)
@@ -103,24 +104,36 @@ class Recording(Backend):
         """Nothing to close: the inner store belongs to the caller."""
 
 
-def _renamed(value: Any, source: str, target: str) -> Any:
-    """``value`` with every key of queue ``source`` (alone, in a list, or in (key, reads) pairs) renamed."""
-    if isinstance(value, RecordKey) and value.set_name == source:
-        return replace(value, set_name=target)
+def _renamed(value: Any, source: Queue, target: Queue) -> Any:
+    """``value`` moved from queue ``source`` to its twin ``target``.
+
+    Keys (alone, in a list, or in (key, reads) pairs) get the twin's name,
+    and guards the twin's incarnation.
+    """
+    if isinstance(value, RecordKey) and value.set_name == source.name:
+        return replace(value, set_name=target.name)
     if isinstance(value, list) and value and isinstance(value[0], (RecordKey, tuple)):
         return [_renamed(item, source, target) for item in value]
     if isinstance(value, tuple) and value and isinstance(value[0], RecordKey):
         return (_renamed(value[0], source, target), *value[1:])
+    if (
+        isinstance(value, Bound)
+        and target.incarnation
+        and value.values.get("incarnation") == source.incarnation
+    ):
+        return Bound(value.template, {**value.values, "incarnation": target.incarnation})
     return value
 
 
-def prepare(commands: Sequence[Command], backend: Backend, *, source: str, target: str) -> list[Replay]:
+def prepare(commands: Sequence[Command], backend: Backend, *, source: Queue, target: Queue) -> list[Replay]:
     """``commands`` recorded on queue ``source``, prepared to run on its twin ``target``."""
     return [
         Replay(
             command,
             backend.prepare(
-                command.method, *(_renamed(arg, source, target) for arg in command.args), **command.kwargs
+                command.method,
+                *(_renamed(arg, source, target) for arg in command.args),
+                **{name: _renamed(arg, source, target) for name, arg in command.kwargs.items()},
             ),
         )
         for command in commands

@@ -49,6 +49,7 @@ RECORD_COUNT = "record_count"
 SLOTS_PER_RECORD = "slots_per_rec"
 BUFFER_NAMESPACE = "buffer_ns"
 MAX_ENTRY_BYTES = "max_entry"
+INCARNATION = "incarnation"  # random id of this queue's creation, in metadata and buffer records
 ERASED_BELOW = "erased_below"  # dequeued slots below this offset were erased (where they could be)
 ENCODING = "encoding"
 
@@ -159,6 +160,7 @@ class Metadata:
     fence_counter: int
     max_entry_bytes: int
     encoding: str
+    incarnation: str | None  # None for a queue made before incarnations were kept
 
 
 _INTEGER_BINS = (
@@ -197,6 +199,9 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     encoding = bins.get(ENCODING) if bins[FORMAT] == ENCODED_FORMAT_VERSION else NATIVE
     if encoding not in ENCODINGS:
         raise corrupt(f"entry encoding {encoding!r} is not supported (known: {', '.join(ENCODINGS)})")
+    incarnation = bins.get(INCARNATION)
+    if incarnation is not None and not isinstance(incarnation, str):
+        raise corrupt(f"bin {INCARNATION!r} holds {type(incarnation).__name__}, not a string")
     if bins[READY] != 1:
         raise errors.CorruptQueueError(
             f"queue {queue!r} was not completely created; delete it and create it again", queue=queue
@@ -218,7 +223,16 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         fence_counter=bins[FENCE_COUNTER],
         max_entry_bytes=bins[MAX_ENTRY_BYTES],
         encoding=encoding,
+        incarnation=incarnation,
     )
+
+
+def empty_buffer(slots_per_record: int, token: tuple[int, int], incarnation: str | None) -> dict[str, Any]:
+    """The bins of a buffer record with no entries, marked as written by ``token``."""
+    bins: dict[str, Any] = {FENCE_EPOCH: token[0], FENCE_COUNTER: token[1], SLOTS: [None] * slots_per_record}
+    if incarnation is not None:
+        bins[INCARNATION] = incarnation
+    return bins
 
 
 def slot_entry(queue: str, record: int, slot: Any, offset: int, encoding: str) -> tuple[Any, int] | None:

@@ -35,8 +35,9 @@ from large_queue import errors
 from large_queue._entries import NATIVE, check_encoding, check_entries, max_entry_bytes
 from large_queue._frozen import frozen
 from large_queue.backends import Backend, ListGetRange, ListSetRange, Operation, Write, WriteMode, connect
+from large_queue.backends.conditions import Condition
 from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
-from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer
+from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
 
 if TYPE_CHECKING:
@@ -142,7 +143,15 @@ class Queue:
         self.max_entry_bytes = metadata.max_entry_bytes
         self.encoding = metadata.encoding
         self.lock_ttl = metadata.lock_ttl_ms / 1000
-        self.lock = QueueLock(backend, self.keys, policy=lock_policy, counter_limit=fence_counter_limit)
+        #: which creation of the queue this handle opened: every command it sends is refused in another
+        self.incarnation = metadata.incarnation
+        self.lock = QueueLock(
+            backend,
+            self.keys,
+            policy=lock_policy,
+            counter_limit=fence_counter_limit,
+            incarnation=metadata.incarnation,
+        )
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.keys.metadata_namespace!r}, capacity={self.capacity})"
@@ -207,6 +216,7 @@ class Queue:
             )
         record_count = math.ceil(capacity / slots_per_record)
         keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+        incarnation = os.urandom(8).hex()
         metadata_bins = {
             rec.FORMAT: rec.FORMAT_VERSION if encoding == NATIVE else rec.ENCODED_FORMAT_VERSION,
             rec.READY: 0,
@@ -220,6 +230,7 @@ class Queue:
             rec.SLOTS_PER_RECORD: slots_per_record,
             rec.BUFFER_NAMESPACE: buffer_namespace,
             rec.MAX_ENTRY_BYTES: entry_limit,
+            rec.INCARNATION: incarnation,
         }
         if encoding != NATIVE:
             metadata_bins[rec.ENCODING] = encoding
@@ -232,7 +243,7 @@ class Queue:
             raise errors.QueueExistsError(
                 f"queue {name!r} already exists in namespace {namespace!r}", queue=name
             ) from None
-        empty_buffer = {rec.FENCE_EPOCH: 0, rec.FENCE_COUNTER: 0, rec.SLOTS: [None] * slots_per_record}
+        empty_buffer = rec.empty_buffer(slots_per_record, (0, 0), incarnation)
         for index in range(record_count):
             backend.put(keys.buffer(index), empty_buffer)
         backend.put(keys.metadata, {rec.READY: 1}, mode=WriteMode.UPDATE_ONLY)
@@ -485,7 +496,7 @@ class Queue:
         """
         if type(offset) is not int or offset < 0:
             raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
-        metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
+        metadata = self._current_metadata()
         if not metadata.head <= offset < metadata.tail:
             return None
         record = self.shape.record_of(offset)
@@ -501,7 +512,7 @@ class Queue:
 
     def info(self) -> QueueInfo:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now."""
-        metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
+        metadata = self._current_metadata()
         return QueueInfo(
             name=self.name,
             namespace=self.keys.metadata_namespace,
@@ -517,6 +528,17 @@ class Queue:
             max_entry_bytes=metadata.max_entry_bytes,
             encoding=metadata.encoding,
         )
+
+    def _current_metadata(self) -> rec.Metadata:
+        """The metadata record now; ``QueueNotFoundError`` if the queue is not the one this handle opened."""
+        metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
+        if metadata.incarnation != self.incarnation:
+            raise errors.QueueNotFoundError(
+                f"queue {self.name!r} was deleted and created again since this handle opened it"
+                " (open it again)",
+                queue=self.name,
+            )
+        return metadata
 
     # --- buffer access under the lock ------------------------------------------------------
 
@@ -551,16 +573,16 @@ class Queue:
         operations: list[Operation] = [*writes, *mark(grant.token)] if writes else []
         if read is not None:
             operations.append(read)
+        if writes:
+            guard: Condition | None = no_newer_writer(grant.token, self.incarnation)
+        else:
+            guard = None if self.incarnation is None else same_queue(self.incarnation)
         try:
             result = self._retrying_timeouts(
-                lambda: self.backend.operate(
-                    self.keys.buffer(record),
-                    operations,
-                    condition=no_newer_writer(grant.token) if writes else None,
-                )
+                lambda: self.backend.operate(self.keys.buffer(record), operations, condition=guard)
             )
         except errors.ConditionNotMetError:
-            raise errors.LockLostError(
+            raise self.lock.replaced() or errors.LockLostError(
                 f"txn {grant.txn_id!r} lost the lock of queue {self.name!r}: a later holder"
                 f" (token > {grant.token}) has written buffer record {record}; nothing was committed",
                 queue=self.name,

@@ -272,6 +272,11 @@ class Consumer:
                     f"queue {self.queue.name!r} does not exist", queue=self.queue.name
                 )
             metadata = rec.parse_metadata(self.queue.name, found[0])
+            if metadata.incarnation != self.queue.incarnation:
+                raise errors.QueueNotFoundError(
+                    f"queue {self.queue.name!r} was deleted and created again since this node opened it",
+                    queue=self.queue.name,
+                )
             self._queue_head, self._seen_tail = metadata.head, metadata.tail
             found = found[1:]
         elif len(reads) == 1:
@@ -411,6 +416,7 @@ class Consumer:
         self._cursor = state.cursor
         self._inflight = dict(state.inflight)
         self._held = set()
+        self._seen_tail = 0  # the first delivery reads the metadata (and finds a queue created again)
         self._owner_since = self._last_owner_write = time.monotonic()
         self._event("take")
         self._lock.notify_all()

@@ -247,22 +247,29 @@ class Ownership:
         return Bound(_MINE, {"node": self.node_id, "epoch": epoch})
 
     def _owner_write(self, epoch: int, operations: list[Any]) -> None:
-        guarded_write(
-            self.backend,
-            self.owner_key,
-            operations,
-            self._mine(epoch),
-            lost=lambda: errors.OwnershipLostError(
-                f"node {self.node_id!r} no longer owns queue {self.queue.name!r} (epoch {epoch} is over);"
-                " its unacked entries go to the new owner",
+        try:
+            guarded_write(
+                self.backend,
+                self.owner_key,
+                operations,
+                self._mine(epoch),
+                lost=lambda: errors.OwnershipLostError(
+                    f"node {self.node_id!r} no longer owns queue {self.queue.name!r} (epoch {epoch} is over);"
+                    " its unacked entries go to the new owner",
+                    queue=self.queue.name,
+                    node_id=self.node_id,
+                    epoch=epoch,
+                ),
+                unknown=lambda cause: errors.OutcomeUnknownError(
+                    f"an owner write of node {self.node_id!r} on queue {self.queue.name!r} timed out and may"
+                    f" or may not have been applied; it was not repeated blindly ({cause})",
+                    queue=self.queue.name,
+                    stage=f"owner write at epoch {epoch}",
+                ),
+            )
+        except errors.RecordNotFoundError:
+            raise errors.QueueNotFoundError(
+                f"queue {self.queue.name!r} was deleted while node {self.node_id!r} owned it;"
+                " nothing was delivered or acked",
                 queue=self.queue.name,
-                node_id=self.node_id,
-                epoch=epoch,
-            ),
-            unknown=lambda cause: errors.OutcomeUnknownError(
-                f"an owner write of node {self.node_id!r} on queue {self.queue.name!r} timed out and may or"
-                f" may not have been applied; it was not repeated blindly ({cause})",
-                queue=self.queue.name,
-                stage=f"owner write at epoch {epoch}",
-            ),
-        )
+            ) from None

@@ -33,9 +33,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from large_queue._records import FENCE_COUNTER, FENCE_EPOCH
+from large_queue._records import FENCE_COUNTER, FENCE_EPOCH, INCARNATION
 from large_queue.backends import Write
-from large_queue.backends.conditions import Bound, Condition, IntBin, Param, all_of, any_of, eq, le, lt
+from large_queue.backends.conditions import (
+    Bound,
+    Condition,
+    IntBin,
+    Param,
+    StrBin,
+    all_of,
+    any_of,
+    eq,
+    le,
+    lt,
+)
 
 #: the counter value at which a new epoch starts (Aerospike integers are signed 64-bit)
 DEFAULT_COUNTER_LIMIT = 2**62
@@ -58,9 +69,26 @@ _NO_NEWER_WRITER = any_of(
 )
 
 
-def no_newer_writer(token: FencingToken) -> Condition:
-    """Guard for a buffer write: every token that wrote the record is <= ``token``."""
-    return Bound(_NO_NEWER_WRITER, {"epoch": token.epoch, "counter": token.counter})
+_NO_NEWER_WRITER_IN = all_of(_NO_NEWER_WRITER, eq(StrBin(INCARNATION), Param("incarnation")))
+_SAME_QUEUE = eq(StrBin(INCARNATION), Param("incarnation"))
+
+
+def no_newer_writer(token: FencingToken, incarnation: str | None = None) -> Condition:
+    """Guard for a buffer write: every token that wrote the record is <= ``token``.
+
+    With ``incarnation``, the record must also belong to that creation of the
+    queue: a handle opened before the queue was deleted and created again
+    carries tokens of the old queue, which say nothing about the new one.
+    """
+    values: dict[str, int | str] = {"epoch": token.epoch, "counter": token.counter}
+    if incarnation is None:
+        return Bound(_NO_NEWER_WRITER, values)
+    return Bound(_NO_NEWER_WRITER_IN, {**values, "incarnation": incarnation})
+
+
+def same_queue(incarnation: str) -> Condition:
+    """Guard for a buffer read: the record belongs to that creation of the queue."""
+    return Bound(_SAME_QUEUE, {"incarnation": incarnation})
 
 
 def mark(token: FencingToken) -> list[Write]:
@@ -68,4 +96,4 @@ def mark(token: FencingToken) -> list[Write]:
     return [Write(FENCE_EPOCH, token.epoch), Write(FENCE_COUNTER, token.counter)]
 
 
-__all__ = ["DEFAULT_COUNTER_LIMIT", "FencingToken", "mark", "no_newer_writer"]
+__all__ = ["DEFAULT_COUNTER_LIMIT", "FencingToken", "mark", "no_newer_writer", "same_queue"]

@@ -42,6 +42,7 @@ from large_queue._records import (
     FENCE_COUNTER,
     FENCE_EPOCH,
     HEAD,
+    INCARNATION,
     LOCK_OWNER,
     LOCK_TTL_MS,
     NO_OWNER,
@@ -113,6 +114,8 @@ _HELD_BY = all_of(
     eq(IntBin(FENCE_EPOCH), Param("epoch")),
     eq(IntBin(FENCE_COUNTER), Param("counter")),
 )
+#: ... in the queue as it was opened (queues created before incarnations were kept have none)
+_HELD_BY_IN = all_of(*_HELD_BY.parts, eq(StrBin(INCARNATION), Param("incarnation")))
 
 
 class _Busy(Exception):
@@ -129,17 +132,41 @@ class QueueLock:
         *,
         policy: LockPolicy = LockPolicy(),
         counter_limit: int = DEFAULT_COUNTER_LIMIT,
+        incarnation: str | None = None,
     ) -> None:
         self.backend = backend
         self.keys = keys
         self.policy = policy
         self.counter_limit = counter_limit
+        #: the queue this lock belongs to, as opened: commits are refused in a queue re-created since
+        self.incarnation = incarnation
 
     @staticmethod
-    def held_by(grant: LockGrant) -> Condition:
-        """The lock is still this grant's: same owner and no later token issued."""
-        return Bound(
-            _HELD_BY, {"owner": grant.txn_id, "epoch": grant.token.epoch, "counter": grant.token.counter}
+    def held_by(grant: LockGrant, incarnation: str | None = None) -> Condition:
+        """The lock is still this grant's (same owner, no later token), in the queue ``incarnation``."""
+        values: dict[str, int | str] = {
+            "owner": grant.txn_id,
+            "epoch": grant.token.epoch,
+            "counter": grant.token.counter,
+        }
+        if incarnation is None:
+            return Bound(_HELD_BY, values)
+        return Bound(_HELD_BY_IN, {**values, "incarnation": incarnation})
+
+    def replaced(self) -> errors.QueueNotFoundError | None:
+        """The error for a queue deleted (or deleted and created again) since it was opened, else None.
+
+        One read; called only after a guarded write was refused, to say why.
+        """
+        record = self.backend.get(self.keys.metadata)
+        found = None if record is None else record.bins.get(INCARNATION)
+        if record is not None and found == self.incarnation:
+            return None
+        again = " and created again" if record is not None else ""
+        return errors.QueueNotFoundError(
+            f"queue {self.keys.name!r} was deleted{again} since this handle opened it;"
+            " nothing was written (open it again)",
+            queue=self.keys.name,
         )
 
     def try_acquire(self, txn_id: str) -> LockGrant:
@@ -223,23 +250,33 @@ class QueueLock:
         )
 
     def _guarded(
-        self, grant: LockGrant, operations: list[Operation], what: str, known: dict[str, Any] | None = None
+        self,
+        grant: LockGrant,
+        operations: list[Operation],
+        what: str,
+        known: dict[str, Any] | None = None,
+        *,
+        same_queue: bool = True,
     ) -> None:
         """Write to the metadata record only while ``grant`` holds the lock (see :mod:`large_queue._guarded`).
 
-        ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``.
+        ``same_queue`` also requires the queue to be the one this lock was
+        opened on. ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``.
         """
         guarded_write(
             self.backend,
             self.keys.metadata,
             operations,
-            self.held_by(grant),
-            lost=lambda: errors.LockLostError(
-                f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
-                f" (token {grant.token}) before {what}: it expired and was broken;"
-                " nothing was committed",
-                queue=self.keys.name,
-                txn_id=grant.txn_id,
+            self.held_by(grant, self.incarnation if same_queue else None),
+            lost=lambda: (
+                self.replaced()
+                or errors.LockLostError(
+                    f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+                    f" (token {grant.token}) before {what}: it expired and was broken;"
+                    " nothing was committed",
+                    queue=self.keys.name,
+                    txn_id=grant.txn_id,
+                )
             ),
             unknown=lambda cause: self._unknown(grant, what, known, cause),
         )
@@ -287,8 +324,13 @@ class QueueLock:
         self._guarded(grant, operations, "the commit", known)
 
     def release(self, grant: LockGrant) -> None:
-        """Release without changing head or tail."""
-        self.commit(grant)
+        """Release without changing head or tail.
+
+        Releasing only frees the lock this grant holds, so it is allowed even in
+        a queue created again since: a handle that finds its queue replaced does
+        not leave the new queue locked until the lock expires.
+        """
+        self._guarded(grant, [Write(LOCK_OWNER, NO_OWNER)], "releasing the lock", same_queue=False)
 
 
 __all__ = ["LockGrant", "LockPolicy", "QueueLock"]

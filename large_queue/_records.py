@@ -39,6 +39,7 @@ NODES = "nodes"  # bin of the nodes record: the ids of nodes that ever joined
 # metadata bins (Aerospike bin names are at most 15 bytes)
 FORMAT = "format"
 READY = "ready"
+CREATED = "created"  # buffer records a create had made when it last said so (until ready)
 HEAD = "head"
 TAIL = "tail"
 LOCK_OWNER = "lock_owner"

@@ -49,6 +49,13 @@ MAX_TXN_ID_CHARS = 128
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
 MIN_ENTRY_BYTES = 16
+# Buffer records a queue may have. Creating and deleting a queue take one command per
+# buffer record (about 100 s for a million on Aerospike here), and each record holds
+# 64 bytes of Aerospike's primary index in memory on every node.
+MAX_RECORD_COUNT = 1_000_000
+#: a create records its progress every this many buffer records, so that deleting
+#: an interrupted create touches only the records it made
+CREATE_PROGRESS_EVERY = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,11 +222,19 @@ class Queue:
                 f" {record_size_limit}-byte record; use fewer slots per record"
             )
         record_count = math.ceil(capacity / slots_per_record)
+        if record_count > MAX_RECORD_COUNT:
+            raise errors.InvalidArgumentError(
+                f"capacity={capacity} needs {record_count:,} buffer records of {slots_per_record} slots;"
+                f" a queue has at most {MAX_RECORD_COUNT:,} (creating and deleting it take a command per"
+                " record, and each holds index memory on every node): use more slots per record or a"
+                " smaller capacity",
+            )
         keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
         incarnation = os.urandom(8).hex()
         metadata_bins = {
             rec.FORMAT: rec.FORMAT_VERSION if encoding == NATIVE else rec.ENCODED_FORMAT_VERSION,
             rec.READY: 0,
+            rec.CREATED: 0,
             rec.HEAD: 0,
             rec.TAIL: 0,
             rec.LOCK_OWNER: rec.NO_OWNER,
@@ -244,8 +259,15 @@ class Queue:
                 f"queue {name!r} already exists in namespace {namespace!r}", queue=name
             ) from None
         empty_buffer = rec.empty_buffer(slots_per_record, (0, 0), incarnation)
-        for index in range(record_count):
-            backend.put(keys.buffer(index), empty_buffer)
+        try:
+            for index in range(record_count):
+                backend.put(keys.buffer(index), empty_buffer)
+                if (index + 1) % CREATE_PROGRESS_EVERY == 0:
+                    backend.put(keys.metadata, {rec.CREATED: index + 1}, mode=WriteMode.UPDATE_ONLY)
+        except BaseException:
+            with contextlib.suppress(errors.LargeQueueError):  # what it can; a later delete does the rest
+                cls.delete(backend, name, namespace=namespace)
+            raise
         backend.put(keys.metadata, {rec.READY: 1}, mode=WriteMode.UPDATE_ONLY)
         return cls.open(backend, name, namespace=namespace, lock_policy=lock_policy)
 
@@ -293,7 +315,8 @@ class Queue:
         half-deleted queue; then the buffer records and the cluster shim's
         records, so a queue created again under the name starts afresh.
         Buffer records left by an interrupted delete are replaced when a
-        queue of that name is created again.
+        queue of that name is created again. A queue whose create was
+        interrupted is deleted in proportion to the records that create made.
         """
         backend = connect(store)
         rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
@@ -305,6 +328,9 @@ class Queue:
         if record is None:
             return False
         record_count = record.bins.get(rec.RECORD_COUNT)
+        created = record.bins.get(rec.CREATED)
+        if record.bins.get(rec.READY) != 1 and type(record_count) is int and type(created) is int:
+            record_count = min(record_count, created + CREATE_PROGRESS_EVERY)  # an interrupted create's
         buffer_namespace = record.bins.get(rec.BUFFER_NAMESPACE, namespace)
         backend.remove(keys.metadata)
         if type(record_count) is int and isinstance(buffer_namespace, str):

@@ -12,8 +12,9 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue import _records as rec
-from large_queue.backends import ListSetRange
+from large_queue.backends import ListSetRange, WriteMode
 from large_queue.backends.faults import FaultInjectingBackend
+from large_queue.errors import BackendTimeoutError
 from tests.fix_backends import SECOND_NAMESPACE, Store
 
 
@@ -188,3 +189,39 @@ def test_metadata_and_buffers_in_different_namespaces(store: Store) -> None:
     )
     assert [e.value for e in queue.dequeue_batch(4)] == [1, 2, 3, 4]
     assert queue.info().buffer_namespace == SECOND_NAMESPACE
+
+
+def test_a_capacity_beyond_what_a_queue_may_have_is_refused_before_writing(store: Store) -> None:
+    with pytest.raises(
+        InvalidArgumentError, match=r"needs 10,995,116,278 buffer records.* at most 1,000,000"
+    ):
+        Queue.create(store.backend, "t-huge", capacity=2**40, slots_per_record=100)
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store.backend, "t-huge")
+
+
+def test_an_interrupted_create_is_deleted_in_proportion_to_what_it_made(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3)
+    # What a create killed after its first three buffer records leaves: a metadata record
+    # that is not ready, for a million records.
+    store.backend.put(
+        queue.keys.metadata,
+        {rec.READY: 0, rec.RECORD_COUNT: 1_000_000, rec.CREATED: 0},
+        mode=WriteMode.UPDATE_ONLY,
+    )
+    before = store.backend.commands
+    assert Queue.delete(store.backend, queue.name)
+    assert store.backend.commands - before < 1100
+    assert [store.backend.get(queue.keys.buffer(i)) for i in range(3)] == [None] * 3
+
+
+def test_a_failed_create_removes_what_it_wrote(store: Store) -> None:
+    faulty = FaultInjectingBackend(store.backend)
+    faulty.inject(lambda call: call.key.user_key == f"{rec.BUFFER_KEY_PREFIX}2", applied=False)
+    name = store.new_queue().name + "-failed"
+    with pytest.raises(BackendTimeoutError):
+        Queue.create(faulty, name, capacity=12, slots_per_record=3)
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store.backend, name)
+    keys = rec.QueueKeys(name=name, metadata_namespace="test", buffer_namespace="test")
+    assert [store.backend.get(keys.buffer(i)) for i in range(4)] == [None] * 4

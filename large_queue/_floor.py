@@ -100,6 +100,10 @@ class Recording(Backend):
         results: list[dict[str, Any] | None] = self._keep("batch_read", list(reads))
         return results
 
+    def max_record_bytes(self, namespace: str) -> int:
+        """The inner store's limit."""
+        return self.inner.max_record_bytes(namespace)
+
     def close(self) -> None:
         """Nothing to close: the inner store belongs to the caller."""
 

@@ -130,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--buffer-namespace")
     create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
     create.add_argument(
+        "--record-size-limit",
+        type=int,
+        help="bytes a buffer record may hold (default: the store's limit for the namespace)",
+    )
+    create.add_argument(
         "--encoding",
         choices=ENCODINGS,
         default=NATIVE,
@@ -200,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     namespace=args.namespace,
                     buffer_namespace=args.buffer_namespace,
                     lock_ttl=args.lock_ttl,
+                    record_size_limit=args.record_size_limit,
                     encoding=args.encoding,
                 ).info()
             )

@@ -32,11 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue._entries import NATIVE, check_encoding, check_entries, max_entry_bytes
+from large_queue._entries import (
+    NATIVE,
+    RECORD_OVERHEAD_BYTES,
+    SLOT_OVERHEAD_BYTES,
+    check_encoding,
+    check_entries,
+    max_entry_bytes,
+)
 from large_queue._frozen import frozen
 from large_queue.backends import Backend, ListGetRange, ListSetRange, Operation, Write, WriteMode, connect
 from large_queue.backends.conditions import Condition
-from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, MAX_RECORD_SIZE_LIMIT
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
 
@@ -49,6 +55,9 @@ MAX_TXN_ID_CHARS = 128
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
 MIN_ENTRY_BYTES = 16
+MIN_RECORD_SIZE_LIMIT = 8192
+# the default number of slots per record leaves each slot at least this much room
+DEFAULT_MIN_SLOT_BYTES = 1024
 # Buffer records a queue may have. Creating and deleting a queue take one command per
 # buffer record (about 100 s for a million on Aerospike here), and each record holds
 # 64 bytes of Aerospike's primary index in memory on every node.
@@ -181,16 +190,20 @@ class Queue:
         namespace: str | None = None,
         buffer_namespace: str | None = None,
         lock_ttl: float = 2.0,
-        record_size_limit: int = DEFAULT_RECORD_SIZE_LIMIT,
+        record_size_limit: int | None = None,
         lock_policy: LockPolicy = LockPolicy(),
         encoding: str = NATIVE,
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
         ``capacity`` is rounded up to whole buffer records of
-        ``slots_per_record`` slots (default: the capacity, at most 100). ``record_size_limit``
-        is the store's (Aerospike ``max-record-size``, 1 MiB by default): every
-        entry must then fit ``record_size_limit / slots_per_record`` bytes.
+        ``slots_per_record`` slots. ``record_size_limit`` is how large a
+        buffer record may grow: by default the store's own limit for the
+        buffer namespace (Aerospike's ``max-record-size``), and never more;
+        every entry must then fit ``record_size_limit / slots_per_record``
+        bytes (``queue.max_entry_bytes``). The default ``slots_per_record``
+        is the capacity, at most 100, and fewer where that leaves less than
+        1 KiB a slot.
         ``lock_ttl`` (seconds) is how long a silent lock holder keeps the lock.
         ``encoding`` is how entries are stored: ``"native"`` (store values, any
         entry type) or ``"json"`` (JSON text: JSON's types only; Spark reads
@@ -206,15 +219,35 @@ class Queue:
         )
         _positive_int("capacity", capacity)
         encoding = check_encoding(encoding)
-        slots_per_record = _positive_int(
-            "slots_per_record", min(capacity, 100) if slots_per_record is None else slots_per_record
-        )
+        if slots_per_record is not None:
+            _positive_int("slots_per_record", slots_per_record)
         if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
             raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
-        if type(record_size_limit) is not int or not 8192 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:
+        if record_size_limit is not None and (
+            type(record_size_limit) is not int or record_size_limit < MIN_RECORD_SIZE_LIMIT
+        ):
             raise errors.InvalidArgumentError(
-                f"record_size_limit must be 8192 to {MAX_RECORD_SIZE_LIMIT} bytes, got {record_size_limit!r}"
+                f"record_size_limit must be an int of at least {MIN_RECORD_SIZE_LIMIT} bytes,"
+                f" got {record_size_limit!r}"
             )
+        store_limit = backend.max_record_bytes(buffer_namespace)
+        if store_limit < MIN_RECORD_SIZE_LIMIT:
+            raise errors.InvalidArgumentError(
+                f"the store's records hold at most {store_limit} bytes in namespace {buffer_namespace!r};"
+                f" a queue needs at least {MIN_RECORD_SIZE_LIMIT}"
+            )
+        if record_size_limit is None:
+            record_size_limit = store_limit
+        elif record_size_limit > store_limit:
+            raise errors.InvalidArgumentError(
+                f"record_size_limit={record_size_limit} is more than the store's records hold in namespace"
+                f" {buffer_namespace!r} ({store_limit} bytes)"
+            )
+        if slots_per_record is None:
+            fitting = (record_size_limit - RECORD_OVERHEAD_BYTES) // (
+                DEFAULT_MIN_SLOT_BYTES + SLOT_OVERHEAD_BYTES
+            )
+            slots_per_record = max(1, min(capacity, 100, fitting))
         entry_limit = max_entry_bytes(record_size_limit, slots_per_record)
         if entry_limit < MIN_ENTRY_BYTES:
             raise errors.InvalidArgumentError(

@@ -31,6 +31,8 @@ AEROSPIKE_IMAGE = "aerospike/aerospike-server:8.1.0.0"
 
 #: the second namespace every test store has (docker/aerospike.conf configures it too)
 SECOND_NAMESPACE = "bar"
+#: the record size limit of the test stores (Aerospike's max-record-size in docker/aerospike.conf)
+TEST_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
 
 
 class ManualClock:
@@ -111,7 +113,10 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
     if request.param == "embedded":
         clock = ManualClock()
         backend: Backend = EmbeddedBackend(
-            os.path.join(str(tmp_path), "store.db"), namespaces=("test", SECOND_NAMESPACE), clock=clock
+            os.path.join(str(tmp_path), "store.db"),
+            namespaces=("test", SECOND_NAMESPACE),
+            clock=clock,
+            record_size_limit=TEST_RECORD_SIZE_LIMIT,
         )
         result = Store("embedded", backend, clock.advance, clock=clock)
     else:
@@ -147,7 +152,7 @@ class Place:
 def place(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Place]:
     """A store URL for tests that run other processes, once per backend."""
     if request.param == "embedded":
-        url = f"embedded://{tmp_path}/store.db?namespaces=test,{SECOND_NAMESPACE}"
+        url = f"embedded://{tmp_path}/store.db?namespaces=test,{SECOND_NAMESPACE}&record_size_limit={TEST_RECORD_SIZE_LIMIT}"
     else:
         url = f"aerospike://{request.getfixturevalue('aerospike_address')}/test"
     result = Place(request.param, url)

@@ -61,7 +61,9 @@ def test_damaged_metadata_is_named_not_raised(store: Store) -> None:
 
 def test_check_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
     url, q = place.url, place.name("q")
-    assert main(["--url", url, "create", q, "--capacity", "4", "--slots-per-record", "2"]) == 0
+    create = ["create", q, "--capacity", "4", "--slots-per-record", "2", "--record-size-limit", "65536"]
+    assert main(["--url", url, *create]) == 0
+    assert '"max_entry_bytes": 30696' in capsys.readouterr().out
     assert main(["--url", url, "enqueue", q, '{"a": 1}', "[2]"]) == 0
     assert main(["--url", url, "check", q]) == 0
     assert "2 live entries; OK" in capsys.readouterr().out

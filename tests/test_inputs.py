@@ -17,8 +17,8 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import _records as rec
-from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH
-from large_queue.backends import WriteMode
+from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH, max_entry_bytes
+from large_queue.backends import WriteMode, connect
 from large_queue.errors import NamespaceNotFoundError
 from tests.fix_backends import Store
 
@@ -166,6 +166,33 @@ def test_oversize_entry_is_refused_and_queue_unchanged(store: Store) -> None:
     assert queue.dequeue().value == "a" * (limit - 10)  # type: ignore[union-attr]
 
 
+def test_slots_take_their_size_from_the_stores_record_limit(store: Store) -> None:
+    limit = store.backend.max_record_bytes("test")  # 8 MiB on the test server and the test store
+    queue = store.new_queue(capacity=1000, slots_per_record=None)
+    assert (queue.shape.slots_per_record, queue.max_entry_bytes) == (100, max_entry_bytes(limit, 100))
+    big = b"x" * (queue.max_entry_bytes - 64)  # more than a 1 MiB record's slot would hold
+    queue.enqueue(big)
+    assert queue.dequeue().value == big  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("store_limit", "slots"), [(16384, 11), (65536, 58), (1024 * 1024, 100)])
+def test_default_slots_leave_room_in_small_records(tmp_path: object, store_limit: int, slots: int) -> None:
+    store = connect(f"embedded://{tmp_path}/s.db?record_size_limit={store_limit}")
+    queue = Queue.create(store, "q", capacity=1000)
+    assert queue.shape.slots_per_record == slots and queue.max_entry_bytes >= 1024
+    queue.enqueue("x" * 1000)  # fits a slot and the store's record
+    with pytest.raises(InvalidArgumentError, match="more than the store's records hold"):
+        Queue.create(store, "r", capacity=10, record_size_limit=store_limit * 2)
+
+
+def test_a_store_whose_records_cannot_hold_a_queue_is_refused_at_create(tmp_path: object) -> None:
+    store = connect(f"embedded://{tmp_path}/s.db?record_size_limit=2048")
+    with pytest.raises(InvalidArgumentError, match=r"records hold at most 2048 bytes.* needs at least 8192"):
+        Queue.create(store, "q", capacity=10)
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store, "q")
+
+
 def test_record_size_limit_is_configurable(store: Store) -> None:
     small = store.new_queue(capacity=4, slots_per_record=2, record_size_limit=16384)
     assert small.max_entry_bytes < 8192
@@ -179,9 +206,13 @@ def test_record_size_limit_is_configurable(store: Store) -> None:
         ({"capacity": 0}, "capacity must be a positive int"),
         ({"capacity": 2.5}, "capacity must be a positive int"),
         ({"slots_per_record": -1}, "slots_per_record"),
-        ({"slots_per_record": 100_000}, "use fewer slots per record"),
+        ({"slots_per_record": 1_000_000}, "use fewer slots per record"),
         ({"lock_ttl": 0}, "lock_ttl"),
-        ({"record_size_limit": 9 * 1024 * 1024}, "record_size_limit"),
+        (
+            {"record_size_limit": 9 * 1024 * 1024},
+            r"record_size_limit=9437184 is more than the store's records hold",
+        ),
+        ({"record_size_limit": 4096}, "record_size_limit must be an int of at least 8192 bytes"),
         ({"namespace": "bad name"}, "namespace 'bad name' is invalid"),
     ],
 )

@@ -190,6 +190,10 @@ class Backend(ABC):
         Returns what each record's reads saw (as ``operate`` does), None where a record is missing.
         """
 
+    @abstractmethod
+    def max_record_bytes(self, namespace: str) -> int:
+        """The largest record the store keeps in ``namespace``, in bytes."""
+
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.
 

@@ -256,6 +256,20 @@ def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     return built
 
 
+#: what a namespace holds when its ``max-record-size`` is 0 (the server's default)
+DEFAULT_MAX_RECORD_SIZE = 1024 * 1024
+
+
+def _record_limit(info: str) -> int | None:
+    """``max-record-size`` from a ``namespace/<ns>`` info answer; None if the namespace is unknown."""
+    settings = dict(item.partition("=")[::2] for item in info.strip().split(";") if "=" in item)
+    if "max-record-size" in settings:
+        return int(settings["max-record-size"]) or DEFAULT_MAX_RECORD_SIZE
+    if "write-block-size" in settings:  # servers before 7.0
+        return int(settings["write-block-size"])
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class AerospikeSettings:
     """How to reach an Aerospike cluster.
@@ -332,6 +346,7 @@ class AerospikeBackend(Backend):
         keep_ttl = aerospike.TTL_DONT_UPDATE
         self._operate_policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE, ttl=keep_ttl)
         self._operate_read_policy = dict(self._read_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
+        self._record_limits: dict[str, int] = {}
 
     @classmethod
     def connect(cls, settings: AerospikeSettings) -> AerospikeBackend:
@@ -509,6 +524,19 @@ class AerospikeBackend(Backend):
             ]
         )
         return functools.partial(self.client.batch_write, requests)
+
+    def max_record_bytes(self, namespace: str) -> int:
+        """The namespace's ``max-record-size`` (the smallest any node has), read once and kept."""
+        if namespace not in self._record_limits:
+            with mapped_errors:
+                answers = self.client.info_all(f"namespace/{namespace}", policy=self._read_policy)
+            limits = [_record_limit(answer[1]) for answer in answers.values() if answer and answer[0] is None]
+            if not limits or any(limit is None for limit in limits):
+                raise errors.NamespaceNotFoundError(
+                    f"namespace {namespace!r} is not configured on the Aerospike cluster", code=20
+                )
+            self._record_limits[namespace] = min(limit for limit in limits if limit is not None)
+        return self._record_limits[namespace]
 
     def close(self) -> None:
         """Close the client if this backend opened it."""

@@ -270,6 +270,11 @@ class EmbeddedBackend(Backend):
 
     # --- the interface ----------------------------------------------------------
 
+    def max_record_bytes(self, namespace: str) -> int:
+        """The store's record size limit (the same in every namespace)."""
+        self._check_key(RecordKey(namespace, "", ""))
+        return self.record_size_limit
+
     def get(self, key: RecordKey) -> Record | None:
         """Read a whole record, or None if it does not exist."""
         self._count()

@@ -146,6 +146,10 @@ class FaultInjectingBackend(Backend):
         self._count()
         return self.inner.batch_read(reads)
 
+    def max_record_bytes(self, namespace: str) -> int:
+        """The wrapped store's limit."""
+        return self.inner.max_record_bytes(namespace)
+
     def close(self) -> None:
         """Close the wrapped store."""
         self.inner.close()

@@ -18,7 +18,7 @@ from typing import Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import decode_entry
-from large_queue.backends import Backend, WriteMode, connect
+from large_queue.backends import Backend, Record, WriteMode, connect
 
 BATCH = 200
 MAX_LISTED = 10
@@ -55,7 +55,11 @@ def check_queue(store: Any, name: str, *, namespace: str | None = None, repair: 
     namespace = namespace or backend.default_namespace
     report = CheckReport(queue=name, namespace=namespace)
     keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-    record = backend.get(keys.metadata)
+    try:
+        record = backend.get(keys.metadata)
+    except errors.CorruptRecordError as exc:
+        report.problems.append(f"the metadata record cannot be read: {exc}")
+        return report
     if record is None:
         report.problems.append("the metadata record does not exist (no such queue)")
         return report
@@ -81,8 +85,13 @@ def _check_buffers(
     slots_by_record: dict[int, list[Any]] = {}
     for first in range(0, shape.record_count, BATCH):
         indexes = range(first, min(first + BATCH, shape.record_count))
-        for index, buffer in zip(indexes, backend.batch_get([keys.buffer(i) for i in indexes]), strict=True):
+        for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
             where = f"buffer record {index}"
+            if isinstance(buffer, errors.CorruptRecordError):
+                live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
+                held = f"; the live offsets it holds cannot be read: {_listed(live)}" if live else ""
+                report.problems.append(f"{where} cannot be read ({buffer}){held}")
+                continue
             if buffer is None:
                 live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
                 lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
@@ -141,6 +150,22 @@ def _check_buffers(
             missing.append(offset)
     if missing:
         report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
+
+
+def _read_buffers(
+    backend: Backend, keys: rec.QueueKeys, indexes: range
+) -> list[Record | errors.CorruptRecordError | None]:
+    """Buffer records in one batch; one by one when the batch holds a damaged one, to name it."""
+    try:
+        return list(backend.batch_get([keys.buffer(i) for i in indexes]))
+    except errors.CorruptRecordError:
+        records: list[Record | errors.CorruptRecordError | None] = []
+        for index in indexes:
+            try:
+                records.append(backend.get(keys.buffer(index)))
+            except errors.CorruptRecordError as exc:
+                records.append(exc)
+        return records
 
 
 def _listed(offsets: list[int]) -> str:

@@ -142,6 +142,14 @@ class ConditionNotMetError(BackendError):
     """A command's condition (Aerospike filter expression) was false; nothing was applied."""
 
 
+class CorruptRecordError(BackendError):
+    """A record's stored data cannot be read back (damaged bytes, or values the client cannot decode)."""
+
+
+class StoreFileError(BackendError):
+    """The embedded store's file cannot be used: missing directory, not a store, damaged, read-only."""
+
+
 class RecordTooLargeError(BackendError):
     """The record would exceed the store's record size limit; nothing was applied."""
 

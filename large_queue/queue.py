@@ -41,7 +41,16 @@ from large_queue._entries import (
     max_entry_bytes,
 )
 from large_queue._frozen import frozen
-from large_queue.backends import Backend, ListGetRange, ListSetRange, Operation, Write, WriteMode, connect
+from large_queue.backends import (
+    Backend,
+    ListGetRange,
+    ListSetRange,
+    Operation,
+    RecordKey,
+    Write,
+    WriteMode,
+    connect,
+)
 from large_queue.backends.conditions import Condition
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
@@ -106,6 +115,20 @@ _process_id = ""
 _new_process_id()
 os.register_at_fork(after_in_child=_new_process_id)
 _txn_counter = itertools.count()
+
+
+def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:
+    """Keys of the buffer records a queue's metadata says exist (an interrupted create made only some)."""
+    record_count = metadata.get(rec.RECORD_COUNT)
+    buffer_namespace = metadata.get(rec.BUFFER_NAMESPACE, namespace)
+    if type(record_count) is not int or not isinstance(buffer_namespace, str):
+        return
+    created = metadata.get(rec.CREATED)
+    if metadata.get(rec.READY) != 1 and type(created) is int:
+        record_count = min(record_count, created + CREATE_PROGRESS_EVERY)
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+    for index in range(record_count):
+        yield keys.buffer(index)
 
 
 def _txn_id(txn_id: object) -> str:
@@ -333,7 +356,12 @@ class Queue:
     @staticmethod
     def _read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
         keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-        record = backend.get(keys.metadata)
+        try:
+            record = backend.get(keys.metadata)
+        except errors.CorruptRecordError as exc:
+            raise errors.CorruptQueueError(
+                f"the metadata record of queue {name!r} cannot be read ({exc})", queue=name
+            ) from exc
         if record is None:
             raise errors.QueueNotFoundError(
                 f"queue {name!r} does not exist in namespace {namespace!r}", queue=name
@@ -357,21 +385,20 @@ class Queue:
             "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
         )
         keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-        record = backend.get(keys.metadata)
-        if record is None:
-            return False
-        record_count = record.bins.get(rec.RECORD_COUNT)
-        created = record.bins.get(rec.CREATED)
-        if record.bins.get(rec.READY) != 1 and type(record_count) is int and type(created) is int:
-            record_count = min(record_count, created + CREATE_PROGRESS_EVERY)  # an interrupted create's
-        buffer_namespace = record.bins.get(rec.BUFFER_NAMESPACE, namespace)
-        backend.remove(keys.metadata)
-        if type(record_count) is int and isinstance(buffer_namespace, str):
-            buffers = rec.QueueKeys(
-                name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace
-            )
-            for index in range(record_count):
-                backend.remove(buffers.buffer(index))
+        try:
+            record = backend.get(keys.metadata)
+        except errors.CorruptRecordError:  # its shape is unreadable: buffers are removed until one is missing
+            backend.remove(keys.metadata)
+            index = 0
+            while backend.remove(keys.buffer(index)):
+                index += 1
+        else:
+            if record is None:
+                return False
+            backend.remove(keys.metadata)
+            buffers = _existing_buffers(record.bins, name, namespace)
+            for key in buffers:
+                backend.remove(key)
         nodes = backend.get(keys.nodes)
         node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
         for node_id in node_ids if isinstance(node_ids, list) else []:
@@ -648,9 +675,16 @@ class Queue:
                 txn_id=grant.txn_id,
             ) from None
         except errors.RecordNotFoundError:
-            raise errors.CorruptQueueError(
+            raise self.lock.replaced() or errors.CorruptQueueError(
                 f"buffer record {record} of queue {self.name!r} is missing", queue=self.name
             ) from None
+        except errors.CorruptRecordError as exc:
+            raise errors.CorruptQueueError(
+                f"buffer record {record} of queue {self.name!r} cannot be read ({exc}); its other records"
+                " can (large-queue check names what is damaged)",
+                queue=self.name,
+                record=record,
+            ) from exc
         slots: list[Any] = result.get(rec.SLOTS, [])
         if read is not None and not isinstance(slots, list):
             raise errors.CorruptQueueError(

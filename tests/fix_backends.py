@@ -14,6 +14,7 @@ hand (``Store.clock``), while on Aerospike ``Store.advance`` waits for real.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue.backends import Backend, connect
+from large_queue.backends import Backend, RecordKey, connect
 from large_queue.backends.embedded import EmbeddedBackend
 from large_queue.queue import Queue
 
@@ -63,6 +64,20 @@ class Store:
     clock: ManualClock | None = None  # None: a real clock, which tests wait on
     remote: bool = False  # commands cross a network: state machines run fewer, shorter examples
     created: list[str] = field(default_factory=list)
+
+    def damage(self, key: RecordKey) -> None:
+        """Leave ``key``'s record holding data the store cannot read back."""
+        if isinstance(self.backend, EmbeddedBackend):
+            with sqlite3.connect(self.backend.path) as conn:  # bytes that are no msgpack map
+                conn.execute(
+                    "UPDATE records SET bins = ? WHERE namespace = ? AND set_name = ? AND user_key = ?",
+                    (b"\xc1" * 40, key.namespace, key.set_name, key.user_key),
+                )
+        else:  # a value nested deeper than the client reads back, written past the library
+            nested: object = 0
+            for _ in range(70):
+                nested = [nested]
+            self.backend.client.put((key.namespace, key.set_name, key.user_key), {"slots": nested})  # type: ignore[attr-defined]
 
     def new_queue(self, **options: object) -> Queue:
         """A new queue with a unique name, deleted after the test."""

@@ -87,6 +87,8 @@ def translate(exc: BaseException) -> errors.BackendError:
     message = _attribute(exc, "msg", 1) or str(exc)
     in_doubt = bool(_attribute(exc, "in_doubt", 4))
     cls = _ERROR_BY_CODE.get(code) if isinstance(code, int) else None
+    if "deserialize" in str(message).lower():  # the client could not decode what a record holds
+        cls = errors.CorruptRecordError
     if cls is None:
         if isinstance(exc, aerospike_exception.TimeoutError):
             cls = errors.BackendTimeoutError
@@ -268,6 +270,32 @@ def _record_limit(info: str) -> int | None:
     if "write-block-size" in settings:  # servers before 7.0
         return int(settings["write-block-size"])
     return None
+
+
+def _batch_results(batch: Any) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
+    """(meta, bins) of each record of a batch answer, None where a record is missing.
+
+    A record the client cannot decode comes back "found" with no bins (every
+    stored record has one), and the records after it with code -15: either
+    raises ``CorruptRecordError``, so that the caller can read one by one to
+    name the damaged record.
+    """
+    results: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
+    for item in batch.batch_records:
+        if item.result == 0 and item.record is not None and item.record[2]:
+            results.append((item.record[1], item.record[2]))
+        elif item.result == 2:
+            results.append(None)
+        elif item.result in (0, -15):
+            raise errors.CorruptRecordError(
+                f"a record of a batch read could not be decoded (at {item.key[:3]}, code {item.result})",
+                code=item.result,
+                in_doubt=False,
+            )
+        else:
+            cls = _ERROR_BY_CODE.get(item.result, errors.BackendError)
+            raise cls(f"batch read of {item.key[:3]} failed with code {item.result}", code=item.result)
+    return results
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,19 +502,8 @@ class AerospikeBackend(Backend):
         with mapped_errors:
             batch = self.client.batch_read([self._key(k) for k in keys])
         records: list[Record | None] = []
-        for item in batch.batch_records:
-            if item.result == 0 and item.record is not None:
-                _, meta, bins = item.record
-                records.append(Record(dict(bins or {}), int(meta["gen"])))
-            elif item.result == 2:
-                records.append(None)
-            else:
-                cls = _ERROR_BY_CODE.get(item.result, errors.BackendError)
-                raise cls(
-                    f"batch read of {item.key} failed with code {item.result}",
-                    code=item.result,
-                    in_doubt=False,
-                )
+        for found in _batch_results(batch):
+            records.append(None if found is None else Record(dict(found[1]), int(found[0]["gen"])))
         return records
 
     def batch_read(
@@ -498,18 +515,8 @@ class AerospikeBackend(Backend):
         with mapped_errors:
             batch = command()
         results: list[dict[str, Any] | None] = []
-        for item in batch.batch_records:
-            if item.result == 0 and item.record is not None:
-                results.append(item.record[2] or {})
-            elif item.result == 2:
-                results.append(None)
-            else:
-                cls = _ERROR_BY_CODE.get(item.result, errors.BackendError)
-                raise cls(
-                    f"batch read of {item.key} failed with code {item.result}",
-                    code=item.result,
-                    in_doubt=False,
-                )
+        for found in _batch_results(batch):
+            results.append(None if found is None else found[1])
         return results
 
     def _batch_read_command(

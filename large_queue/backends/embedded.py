@@ -113,9 +113,38 @@ def _key_ordered(value: Any) -> Any:
     return value
 
 
-def _unpack(blob: bytes) -> dict[str, Any]:
-    result: dict[str, Any] = _DECODER.decode(blob)
+def _unpack(blob: bytes, key: RecordKey | tuple[str, str, str]) -> dict[str, Any]:
+    try:
+        result = _DECODER.decode(blob)
+    except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
+        where = key if isinstance(key, tuple) else (key.namespace, key.set_name, key.user_key)
+        raise errors.CorruptRecordError(
+            f"record {'/'.join(where)} holds damaged data that cannot be read: {exc}", code=-1, key=where
+        ) from None
+    if not isinstance(result, dict):
+        raise errors.CorruptRecordError(
+            f"record {key} holds {type(result).__name__} where its bins should be", code=-1
+        )
     return result
+
+
+def _store_file_error(path: Path, exc: sqlite3.Error | OSError) -> errors.BackendError:
+    """The library error for an SQLite failure on the store's file."""
+    text = str(exc)
+    lowered = text.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return errors.BackendBusyError(
+            f"store file {path} stayed locked by another process: {text}", code=-14
+        )
+    if "readonly" in lowered or "read-only" in lowered:
+        problem = "is read-only"
+    elif "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+        problem = "is damaged or is not a large_queue store"
+    elif "unable to open" in lowered:
+        problem = "cannot be opened (is it a directory, or in a directory that is not writable?)"
+    else:
+        problem = "failed"
+    return errors.StoreFileError(f"store file {path} {problem}: {text}", code=-1)
 
 
 class EmbeddedBackend(Backend):
@@ -158,8 +187,12 @@ class EmbeddedBackend(Backend):
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._connection()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.StoreFileError(f"store file {self.path} cannot be created: {exc}", code=-1) from None
+        with self._transaction(write=False):
+            pass  # opens the file now, so that a bad path fails here
 
     def __repr__(self) -> str:
         return f"EmbeddedBackend({str(self.path)!r}, namespaces={sorted(self.namespaces)!r})"
@@ -243,7 +276,7 @@ class EmbeddedBackend(Backend):
             return None
         if row[3] is not None and row[3] <= self.clock():
             return None
-        return _unpack(row[0]), row[1], row[2]
+        return _unpack(row[0], key), row[1], row[2]
 
     def _store(
         self,
@@ -412,7 +445,8 @@ class EmbeddedBackend(Backend):
                 )
                 for user_key, blob, generation, expires_ns in rows:
                     if expires_ns is None or expires_ns > now:
-                        found[(namespace, set_name, user_key)] = Record(_unpack(blob), generation)
+                        where = (namespace, set_name, user_key)
+                        found[where] = Record(_unpack(blob, where), generation)
         return [found.get((key.namespace, key.set_name, key.user_key)) for key in keys]
 
     def batch_read(
@@ -468,6 +502,9 @@ class _Transaction:
             if self._write:
                 self.become_writer()
             conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        except (sqlite3.Error, OSError) as exc:
+            self._release()
+            raise _store_file_error(self._backend.path, exc) from exc
         except BaseException:
             self._release()
             raise
@@ -475,9 +512,16 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
-            self._backend._connection().execute("COMMIT" if exc_type is None else "ROLLBACK")
+            conn = self._backend._conn
+            if conn is not None:
+                conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        except sqlite3.Error as failure:
+            if exc is None:
+                raise _store_file_error(self._backend.path, failure) from failure
         finally:
             self._release()
+        if isinstance(exc, sqlite3.Error):
+            raise _store_file_error(self._backend.path, exc) from exc
 
     def _release(self) -> None:
         try:

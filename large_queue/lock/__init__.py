@@ -263,23 +263,30 @@ class QueueLock:
         ``same_queue`` also requires the queue to be the one this lock was
         opened on. ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``.
         """
-        guarded_write(
-            self.backend,
-            self.keys.metadata,
-            operations,
-            self.held_by(grant, self.incarnation if same_queue else None),
-            lost=lambda: (
-                self.replaced()
-                or errors.LockLostError(
-                    f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
-                    f" (token {grant.token}) before {what}: it expired and was broken;"
-                    " nothing was committed",
-                    queue=self.keys.name,
-                    txn_id=grant.txn_id,
-                )
-            ),
-            unknown=lambda cause: self._unknown(grant, what, known, cause),
-        )
+        try:
+            guarded_write(
+                self.backend,
+                self.keys.metadata,
+                operations,
+                self.held_by(grant, self.incarnation if same_queue else None),
+                lost=lambda: (
+                    self.replaced()
+                    or errors.LockLostError(
+                        f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+                        f" (token {grant.token}) before {what}: it expired and was broken;"
+                        " nothing was committed",
+                        queue=self.keys.name,
+                        txn_id=grant.txn_id,
+                    )
+                ),
+                unknown=lambda cause: self._unknown(grant, what, known, cause),
+            )
+        except errors.RecordNotFoundError:  # deleted meanwhile, by another process
+            raise errors.QueueNotFoundError(
+                f"queue {self.keys.name!r} was deleted before {what} of txn {grant.txn_id!r};"
+                " nothing was committed",
+                queue=self.keys.name,
+            ) from None
 
     def _unknown(
         self, grant: LockGrant, what: str, known: dict[str, Any] | None, cause: errors.BackendTimeoutError

@@ -118,10 +118,31 @@ def _torture(args: argparse.Namespace) -> int:
     return 0 if report.verdict.ok else 1
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive, finite number")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="large-queue", description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="store URL (default: LARGE_QUEUE_URL, else the embedded store)")
     parser.add_argument("--namespace", help="namespace of the queue's metadata record")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", help="create a queue")
     create.add_argument("queue")
@@ -158,26 +179,28 @@ def _parser() -> argparse.ArgumentParser:
     get.add_argument("offset", type=int)
     commands.add_parser("demo", help="a short tour on the configured store")
     torture = commands.add_parser("torture", help="many processes, pauses and kills; then check the history")
-    torture.add_argument("--producers", type=int, default=3)
-    torture.add_argument("--consumers", type=int, default=2)
-    torture.add_argument("--duration", type=float, default=10.0, help="seconds of load")
-    torture.add_argument("--lock-ttl", type=float, default=0.5, help="seconds")
-    torture.add_argument("--capacity", type=int, default=300)
-    torture.add_argument("--fault-interval", type=float, default=1.0, help="mean seconds between faults")
+    torture.add_argument("--producers", type=_positive_int, default=3)
+    torture.add_argument("--consumers", type=_positive_int, default=2)
+    torture.add_argument("--duration", type=_positive_float, default=10.0, help="seconds of load")
+    torture.add_argument("--lock-ttl", type=_positive_float, default=0.5, help="seconds")
+    torture.add_argument("--capacity", type=_positive_int, default=300)
+    torture.add_argument(
+        "--fault-interval", type=_positive_float, default=1.0, help="mean seconds between faults"
+    )
     torture.add_argument("--no-pauses", action="store_true", help="do not SIGSTOP workers")
     torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
     torture.add_argument("--seed", type=int, default=0)
     torture.add_argument("--histories", help="keep the history files in this directory")
     bench = commands.add_parser("bench", help="throughput and round trips per operation")
-    bench.add_argument("--operations", type=int, default=3000)
-    bench.add_argument("--batches", type=int, default=300)
-    bench.add_argument("--batch-size", type=int, default=100)
-    bench.add_argument("--processes", type=int, default=4)
+    bench.add_argument("--operations", type=_positive_int, default=3000)
+    bench.add_argument("--batches", type=_positive_int, default=300)
+    bench.add_argument("--batch-size", type=_positive_int, default=100)
+    bench.add_argument("--processes", type=_positive_int, default=4)
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument(
         "--spark", action="store_true", help="rows/s reading a queue into Spark, against Parquet"
     )
-    bench.add_argument("--entries", type=int, default=1_000_000, help="queue size for --spark")
+    bench.add_argument("--entries", type=_positive_int, default=1_000_000, help="queue size for --spark")
     return parser
 
 
@@ -237,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})
     except errors.LargeQueueError as exc:
+        if args.debug:
+            raise
         print(f"large-queue: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from large_queue import QueueNotFoundError
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
@@ -83,3 +84,34 @@ def test_check_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None
 def test_demo_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--url", place.url, "demo"]) == 0
     assert "empty now: True" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["bench", "--operations", "0"],
+        ["bench", "--processes", "0"],
+        ["bench", "--batch-size", "-5"],
+        ["torture", "--producers", "0"],
+        ["torture", "--duration", "nan"],
+    ],
+)
+def test_counts_that_cannot_work_are_refused_by_the_command_line(
+    arguments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(arguments)
+    assert exited.value.code == 2
+    assert "positive" in capsys.readouterr().err
+
+
+def test_errors_are_one_line_and_debug_shows_the_traceback(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"embedded://{tmp_path}/cli.db"
+    assert main(["--url", url, "info", "missing"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "large-queue: QueueNotFoundError: queue 'missing' does not exist in namespace 'test'"
+    ]
+    with pytest.raises(QueueNotFoundError):
+        main(["--url", url, "--debug", "info", "missing"])

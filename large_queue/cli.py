@@ -13,7 +13,11 @@ Examples::
     large-queue torture --duration 60
 
 The store comes from ``--url`` or ``LARGE_QUEUE_URL`` (see
-:func:`large_queue.connect`); entries are given and printed as JSON.
+:func:`large_queue.connect`); only ``create``, ``demo``, ``bench`` and
+``torture`` make an embedded store's file. Entries are given and printed as
+standard JSON: ``NaN`` and numbers beyond a double are refused on input, and
+stored floats JSON has no number for print as the strings "NaN",
+"Infinity" and "-Infinity".
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import sys
 import tempfile
@@ -43,7 +48,29 @@ def _json_default(value: Any) -> Any:
 def _print(value: Any) -> None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    print(json.dumps(value, default=_json_default, ensure_ascii=False))
+    print(json.dumps(_standard(value), default=_json_default, ensure_ascii=False, allow_nan=False))
+
+
+def _standard(value: Any) -> Any:
+    """``value`` with the floats JSON has no number for (NaN, infinities) as the strings JavaScript uses."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _standard(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_standard(item) for item in value]
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a double")
+    return value
 
 
 def _demo(url: str | None) -> None:
@@ -235,13 +262,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "check":
             from large_queue._check import check_queue
 
-            report = check_queue(args.url, args.queue, namespace=args.namespace, repair=args.repair)
+            report = check_queue(
+                connect(args.url, create=False), args.queue, namespace=args.namespace, repair=args.repair
+            )
             print("\n".join(report.lines()))
             return 0 if report.ok else 1
         elif args.command == "delete":
-            _print({"deleted": Queue.delete(connect(args.url), args.queue, namespace=args.namespace)})
+            _print(
+                {
+                    "deleted": Queue.delete(
+                        connect(args.url, create=False), args.queue, namespace=args.namespace
+                    )
+                }
+            )
         else:
-            queue = Queue.open(connect(args.url), args.queue, namespace=args.namespace)
+            queue = Queue.open(connect(args.url, create=False), args.queue, namespace=args.namespace)
             if args.command == "info":
                 _print(queue.info())
                 from large_queue.cluster import ownership_info
@@ -254,8 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print(_entry(queue.get(args.offset)))
             elif args.command == "enqueue":
                 try:
-                    values = [json.loads(text) for text in args.entries]
-                except json.JSONDecodeError as exc:
+                    values = [
+                        json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+                        for text in args.entries
+                    ]
+                except ValueError as exc:  # json.JSONDecodeError is one
                     raise errors.InvalidArgumentError(f"an entry is not valid JSON: {exc}") from None
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})

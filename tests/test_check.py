@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from large_queue import QueueNotFoundError
+from large_queue import Queue, QueueNotFoundError, connect
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
@@ -109,9 +111,31 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(
     tmp_path: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"embedded://{tmp_path}/cli.db"
+    assert main(["--url", url, "create", "other", "--capacity", "4"]) == 0
     assert main(["--url", url, "info", "missing"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "large-queue: QueueNotFoundError: queue 'missing' does not exist in namespace 'test'"
     ]
     with pytest.raises(QueueNotFoundError):
         main(["--url", url, "--debug", "info", "missing"])
+
+
+def test_read_only_commands_never_create_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"embedded://{tmp_path}/missing/dir/store.db"
+    for command in (["info", "q"], ["get", "q", "0"], ["check", "q"], ["dequeue", "q"], ["delete", "q"]):
+        assert main(["--url", url, *command]) == 1
+        assert "StoreFileError: there is no store file at" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+
+
+def test_json_on_the_command_line_is_standard_both_ways(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, q = place.url, place.name("q")
+    assert main(["--url", url, "create", q, "--capacity", "4"]) == 0
+    for text in ("NaN", "[1e400]", '{"x": -Infinity}'):
+        assert main(["--url", url, "enqueue", q, text]) == 1
+        assert "is not valid JSON" in capsys.readouterr().err
+    Queue.open(connect(url), q).enqueue([float("nan"), float("-inf"), 1.5])
+    assert main(["--url", url, "get", q, "0"]) == 0
+    assert '"value": ["NaN", "-Infinity", 1.5]' in capsys.readouterr().out

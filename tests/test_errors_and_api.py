@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 
 import pytest
@@ -203,11 +204,18 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
         ("embedded://", "names no file"),
         ("aerospike://nohost/test", "not host:port"),
         (f"embedded://{tmp_path}/c.db?record_size_limit=big", "not an integer"),
+        ("embedded://tmp/x.db", r"names a host \('tmp'\).* use embedded:///tmp/x.db \(three slashes\)"),
+        (f"embedded://{tmp_path}/d.db?namespace=x", r"unknown parameter\(s\) namespace in"),
+        (f"embedded://{tmp_path}/e.db?namespaces=a,,b", "names an empty namespace"),
+        ("aerospike://127.0.0.1:1/test?timeout=5", r"unknown parameter\(s\) timeout in .* timeout_ms"),
     ]:
         with pytest.raises(errors.InvalidArgumentError, match=message):
             connect(bad)
     with pytest.raises(errors.InvalidArgumentError, match="not int"):
         connect(42)
+    with pytest.raises(errors.StoreFileError, match="there is no store file"):
+        connect(f"embedded://{tmp_path}/new/f.db", create=False)
+    assert not os.path.exists(f"{tmp_path}/new")
 
 
 def test_unreachable_aerospike_is_a_clear_error() -> None:

@@ -63,8 +63,11 @@ def default_store_path() -> str:
     return os.path.join(platformdirs.user_data_dir("large_queue"), "store.db")
 
 
-def connect(target: Any = None) -> Backend:
+def connect(target: Any = None, *, create: bool = True) -> Backend:
     """Open a store from a URL, an ``aerospike.Client`` or ``LARGE_QUEUE_URL``.
+
+    With ``create=False`` an embedded store's file must exist already
+    (``StoreFileError`` otherwise): for commands that only read.
 
     Example::
 
@@ -83,7 +86,7 @@ def connect(target: Any = None) -> Backend:
         raise errors.InvalidArgumentError(
             f"connect() takes a URL, an aerospike.Client or a backend, not {type(target).__name__}"
         )
-    return _from_url(target)
+    return _from_url(target, create=create)
 
 
 def _single(query: dict[str, list[str]], name: str) -> str | None:
@@ -101,21 +104,42 @@ def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
         raise errors.InvalidArgumentError(f"{name}={value!r} in {url!r} is not an integer") from None
 
 
-def _from_url(url: str) -> Backend:
+_PARAMETERS = {
+    "embedded": ("namespaces", "record_size_limit", "synchronous"),
+    "aerospike": ("user", "password", "tls_name", "cafile", "timeout_ms"),
+}
+
+
+def _from_url(url: str, *, create: bool) -> Backend:
     parts = urlsplit(url)
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - set(_PARAMETERS.get(parts.scheme, query)))
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"unknown parameter(s) {', '.join(unknown)} in {url!r}; {parts.scheme} URLs take"
+            f" {', '.join(_PARAMETERS[parts.scheme])}"
+        )
     if parts.scheme == "embedded":
         from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, EmbeddedBackend
 
-        path = unquote(parts.netloc + parts.path)
+        if parts.netloc:
+            raise errors.InvalidArgumentError(
+                f"{url!r} names a host ({parts.netloc!r}), which an embedded store has none of:"
+                f" use embedded:///{parts.netloc}{parts.path} (three slashes) for an absolute path,"
+                f" or embedded:{parts.netloc}{parts.path} for a relative one"
+            )
+        path = unquote(parts.path)
         if not path:
             raise errors.InvalidArgumentError(f"{url!r} names no file: use embedded:///path/to/store.db")
-        namespaces = (_single(query, "namespaces") or "test").split(",")
+        namespaces = [n.strip() for n in (_single(query, "namespaces") or "test").split(",")]
+        if not all(namespaces):
+            raise errors.InvalidArgumentError(f"namespaces= in {url!r} names an empty namespace")
         return EmbeddedBackend(
             path,
-            namespaces=[n.strip() for n in namespaces if n.strip()],
+            namespaces=namespaces,
             record_size_limit=_integer(query, "record_size_limit", url) or DEFAULT_RECORD_SIZE_LIMIT,
             synchronous=_single(query, "synchronous") or "normal",
+            create=create,
         )
     if parts.scheme == "aerospike":
         from large_queue.backends.aerospike import AerospikeBackend, AerospikeSettings

@@ -154,6 +154,7 @@ class EmbeddedBackend(Backend):
     clock, shared by every process on the machine). ``synchronous`` is
     SQLite's durability setting: ``"normal"`` (default) survives a crash of
     any process; ``"full"`` also survives power loss, at a cost in speed.
+    ``create=False`` refuses to make a file (or its directory) that is not there.
     """
 
     def __init__(
@@ -165,6 +166,7 @@ class EmbeddedBackend(Backend):
         clock: Callable[[], int] = time.time_ns,
         synchronous: str = "normal",
         busy_timeout: float = 30.0,
+        create: bool = True,
     ) -> None:
         super().__init__()
         if not 1024 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:
@@ -187,6 +189,8 @@ class EmbeddedBackend(Backend):
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
+        if not create and not self.path.is_file():
+            raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

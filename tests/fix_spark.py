@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,9 @@ import pytest
 def spark() -> Iterator[Any]:
     """A local SparkSession; skipped when pyspark is not installed."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+        pytest.skip("Spark needs Java 17 or newer: no java on PATH and no JAVA_HOME")
     from pyspark.sql import SparkSession
 
     from large_queue.spark import register

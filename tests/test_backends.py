@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from large_queue import errors
+from large_queue import Queue, errors
 from large_queue.backends import Increment, ListGetRange, ListSet, Read, RecordKey, Write, WriteMode
 from large_queue.backends.conditions import IntBin, SinceUpdateMs, eq, gt
+from large_queue.backends.embedded import EmbeddedBackend
 from tests.fix_backends import Store
 
 
@@ -109,3 +111,19 @@ def test_records_expire_after_their_ttl(store: Store, key: RecordKey) -> None:
     assert store.backend.get(key) is not None
     store.advance(3)
     assert store.backend.get(key) is None
+
+
+def test_the_embedded_file_shrinks_as_queues_are_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = EmbeddedBackend(path)
+    queue = Queue.create(store, "big", capacity=2000, slots_per_record=20)
+    for _ in range(20):
+        queue.enqueue_batch([b"x" * 2000] * 100)
+        queue.dequeue_batch(100)
+    queue.enqueue_batch([b"x" * 2000] * 2000)
+    store.close()
+    full = path.stat().st_size
+    store = EmbeddedBackend(path)
+    Queue.delete(store, "big")
+    store.close()  # the last connection checkpoints the write-ahead log into the file
+    assert path.stat().st_size < full / 10, (full, path.stat().st_size)

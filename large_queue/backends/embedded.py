@@ -212,6 +212,9 @@ class EmbeddedBackend(Backend):
                 isolation_level=None,
                 check_same_thread=False,
             )
+            # Pages freed by a removed record go back to the file system at once (below), in
+            # steps as small as the record: set before the first table, so for new files only.
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
             # No memory-mapped I/O: with it, the first command after another
@@ -423,7 +426,26 @@ class EmbeddedBackend(Backend):
                 "DELETE FROM records WHERE namespace=? AND set_name=? AND user_key=?",
                 (key.namespace, key.set_name, key.user_key),
             )
-            return cursor.rowcount > 0
+            removed = cursor.rowcount > 0
+        if removed:
+            self._reclaim()
+        return removed
+
+    def _reclaim(self) -> None:
+        """Give the file's free pages back to the file system: the pages a removed record held.
+
+        ``executescript`` because only it steps the pragma to the end (``execute`` frees one
+        page); it runs in its own transaction, under the writer lock.
+        """
+        with self._lock:
+            conn = self._connection()
+            self._writer_lock(True)
+            try:
+                conn.executescript("PRAGMA incremental_vacuum;")
+            except sqlite3.Error as exc:
+                raise _store_file_error(self.path, exc) from exc
+            finally:
+                self._writer_lock(False)
 
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""

@@ -15,8 +15,8 @@ import pytest
 def spark() -> Iterator[Any]:
     """A local SparkSession; skipped when pyspark is not installed."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
-    java_home = os.environ.get("JAVA_HOME")
-    if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+    java_home = os.environ.get("JAVA_HOME", "")
+    if not shutil.which("java") and not os.path.exists(os.path.join(java_home, "bin", "java")):
         pytest.skip("Spark needs Java 17 or newer: no java on PATH and no JAVA_HOME")
     from pyspark.sql import SparkSession
 

@@ -165,6 +165,10 @@ def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fai
         ({"queue": "events", "minPartitions": 0}, "minPartitions=0 must be at least 1"),
         ({"queue": "events", "entryEncoding": "yaml"}, "entryEncoding='yaml' must be one of native, json"),
         ({}, "option 'queue' is required"),
+        (
+            {"quue": "events"},
+            r"unknown option\(s\) 'quue'; the large_queue source takes url, namespace, queue",
+        ),
     ],
 )
 def test_bad_options_fail_at_planning(spark: Any, url: str, options: dict[str, object], message: str) -> None:

@@ -15,6 +15,25 @@ from large_queue._entries import ENCODINGS, NATIVE, check_encoding
 from large_queue._records import QueueShape
 
 VALUE_FORMATS = ("json", "binary")
+OPTIONS = (
+    "url",
+    "namespace",
+    "queue",
+    "startingOffsets",
+    "endingOffsets",
+    "minPartitions",
+    "recordsPerPartition",
+    "valueFormat",
+    "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "batchSize",
+    "createIfMissing",
+    "capacity",
+    "slotsPerRecord",
+    "entryEncoding",
+)
+# options Spark itself may hand to a data source with the user's
+_SPARK_OPTIONS = ("path", "checkpointlocation")
 MAX_ENTRIES_PER_PARTITION = 500_000
 
 
@@ -81,6 +100,13 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Validate the options Spark passed (keys are case-insensitive there)."""
         lowered = {key.lower(): value for key, value in options.items()}
+        known = {name.lower() for name in OPTIONS} | set(_SPARK_OPTIONS)
+        unknown = sorted(key for key in options if key.lower() not in known)
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"unknown option(s) {', '.join(map(repr, unknown))}; the large_queue source takes"
+                f" {', '.join(OPTIONS)}"
+            )
         queue = lowered.get("queue")
         if not queue:
             raise errors.InvalidArgumentError("option 'queue' is required: .option('queue', 'name')")

@@ -12,17 +12,45 @@ Code written for the original Aerospike example runs unchanged::
 
 ``client`` is an ``aerospike.Client`` or anything :func:`large_queue.connect`
 accepts. Every error is an ``ASAborted`` (the library's root error) with a
-``reason``; the operations run on :class:`large_queue.Queue`.
+``reason``; the operations run on :class:`large_queue.Queue`. The outcomes
+the original API named keep its reasons word for word, so that code
+matching on them works: 'Queue already exists', 'Queue does not exist',
+'Failed to acquire lock', 'Timed out' (the lock was lost) and 'Queue is
+full'. The error is still the library's own class, with the detailed
+message in ``detail``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from large_queue import errors
 from large_queue.errors import LargeQueueError, QueueError
 from large_queue.queue import Entry, Queue
 
 ASAborted = LargeQueueError
+
+# the original API's reasons for the outcomes it named
+_REASONS: dict[type[LargeQueueError], str] = {
+    errors.QueueExistsError: "Queue already exists",
+    errors.QueueNotFoundError: "Queue does not exist",
+    errors.LockNotAcquiredError: "Failed to acquire lock",
+    errors.LockLostError: "Timed out",
+    errors.QueueFullError: "Queue is full",
+}
+
+
+@contextlib.contextmanager
+def _reference_reasons() -> Iterator[None]:
+    """Re-raise the outcomes the original API named with its reasons, detail kept."""
+    try:
+        yield
+    except tuple(_REASONS) as exc:
+        reason = next(text for cls, text in _REASONS.items() if isinstance(exc, cls))
+        details = {**exc.__dict__, "detail": str(exc)}
+        raise type(exc)(reason, **details) from exc
 
 
 def _as_dict(entry: Entry | None) -> dict[str, Any] | None:
@@ -39,13 +67,15 @@ class LargeQueue:
         self, client: Any, namespace: str, q_name: str, max_size: int, slots_per_rec: int
     ) -> None:
         """Create a queue of at least ``max_size`` entries, ``slots_per_rec`` per buffer record."""
-        self.queue = Queue.create(
-            client, q_name, namespace=namespace, capacity=max_size, slots_per_record=slots_per_rec
-        )
+        with _reference_reasons():
+            self.queue = Queue.create(
+                client, q_name, namespace=namespace, capacity=max_size, slots_per_record=slots_per_rec
+            )
 
     def initialize_existing_queue(self, client: Any, namespace: str, q_name: str) -> None:
         """Open an existing queue; raises ``ASAborted`` if it does not exist."""
-        self.queue = Queue.open(client, q_name, namespace=namespace)
+        with _reference_reasons():
+            self.queue = Queue.open(client, q_name, namespace=namespace)
 
     def _opened(self) -> Queue:
         if self.queue is None:
@@ -73,11 +103,13 @@ class LargeQueue:
 
     def enqueue(self, entry: Any, txn_id: Any, overwrite_if_full: bool = False) -> int:
         """Append ``entry``; return its offset."""
-        return self._opened().enqueue(entry, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
+        with _reference_reasons():
+            return self._opened().enqueue(entry, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
 
     def dequeue(self, txn_id: Any) -> dict[str, Any] | None:
         """Remove the head entry; ``{'offset': ..., 'entry': ...}`` or None if empty."""
-        return _as_dict(self._opened().dequeue(txn_id=txn_id))
+        with _reference_reasons():
+            return _as_dict(self._opened().dequeue(txn_id=txn_id))
 
     def get_entry_at_offset(self, offset: int) -> dict[str, Any] | None:
         """``{'offset': ..., 'entry': ...}`` if ``offset`` is in the queue now, else None."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from large_queue import ASAborted, LargeQueue
+import pytest
+
+from large_queue import ASAborted, LargeQueue, QueueFullError
 from tests.fix_backends import Store
 
 
@@ -15,7 +17,7 @@ def test_reference_usage(store: Store) -> None:
         msg_queue.initialize_existing_queue(client, "test", "shared-msg-bus")
         opened = True
     except ASAborted as ex:
-        assert "does not exist" in ex.reason
+        assert ex.reason == "Queue does not exist"
         msg_queue.create_new_queue(client, "test", "shared-msg-bus", 1000, 100)
         opened = False
     assert opened is False
@@ -49,16 +51,34 @@ def test_reference_full_queue_and_overwrite(store: Store) -> None:
     store.created.append("test_queue")
     test_queue = LargeQueue()
     test_queue.create_new_queue(store.backend, "test", "test_queue", 10, 3)
-    reasons = []
+    refused = []
     for i in range(20):
         try:
             test_queue.enqueue(i, 111)
         except ASAborted as ex:
-            reasons.append(ex.reason)
-    assert len(reasons) == 8 and "free slots" in reasons[0]  # capacity rounds up to 12
+            refused.append(ex)
+    assert len(refused) == 8  # capacity rounds up to 12
+    assert refused[0].reason == "Queue is full" and isinstance(refused[0], QueueFullError)
+    assert "free slots" in refused[0].detail  # type: ignore[attr-defined]
     for i in range(20):
         test_queue.enqueue(i, 111, True)
     info = test_queue.get_queue_info()
     assert info is not None and info["tail-offset"] - info["head-offset"] == 12
     entries = [test_queue.get_entry_at_offset(o) for o in range(info["head-offset"], info["tail-offset"])]
     assert [e["entry"] for e in entries if e] == list(range(8, 20))
+
+
+def test_reference_reasons_for_the_outcomes_it_named(store: Store) -> None:
+    name = store.new_queue().name
+    with pytest.raises(ASAborted) as exists:
+        LargeQueue().create_new_queue(store.backend, "test", name, 10, 3)
+    assert exists.value.reason == "Queue already exists"
+    holder = LargeQueue()
+    holder.initialize_existing_queue(store.backend, "test", name)
+    assert holder.queue is not None
+    holder.queue.lock.policy = type(holder.queue.lock.policy)(acquire_timeout=0.05)
+    grant = holder.queue.lock.try_acquire("other")
+    with pytest.raises(ASAborted) as busy:
+        holder.enqueue("x", 1)
+    assert busy.value.reason == "Failed to acquire lock"
+    holder.queue.lock.release(grant)

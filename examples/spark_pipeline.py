@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 
@@ -29,7 +30,10 @@ def produce(url: str, producer: int) -> None:
 
 
 def main() -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        print("spark_pipeline: Spark needs Java 17 or newer (java on PATH, or JAVA_HOME); skipped")
+        return 0
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import this environment's large_queue
     from pyspark.sql import SparkSession
 
     from large_queue.spark import register

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -291,3 +292,18 @@ def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, place: Pl
         )
     printed = "\n".join(lines)
     assert "queue (native entries) -> Spark" in printed and "queue (JSON entries) -> Spark" in printed
+
+
+def test_registering_names_a_worker_python_that_cannot_import_the_library(tmp_path: Path) -> None:
+    from large_queue import InvalidArgumentError
+    from large_queue.spark import register
+
+    python = tmp_path / "python3"  # a Python without this library, as a bare python3 on PATH would be
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    context = SimpleNamespace(pythonExec=str(python), master="local[2]")
+    session = SimpleNamespace(sparkContext=context, dataSource=SimpleNamespace(register=lambda source: None))
+    with pytest.raises(
+        InvalidArgumentError, match=r"cannot import large_queue: start the session with PYSPARK_PYTHON="
+    ):
+        register(session)

@@ -22,13 +22,31 @@ which becomes the ``value`` column as it is: reads skip decoding entries.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
+from large_queue import errors
 from large_queue.spark._source import LargeQueueDataSource
 
 
 def register(spark: Any) -> None:
-    """Register the ``large_queue`` format with a SparkSession."""
+    """Register the ``large_queue`` format with a SparkSession.
+
+    On a local session it first checks that Spark's Python workers can
+    import this library: they run ``PYSPARK_PYTHON`` (or
+    ``spark.pyspark.python``), by default the first ``python3`` on the path,
+    which is not this virtual environment's unless it is activated.
+    """
+    context = spark.sparkContext
+    python = context.pythonExec
+    if str(context.master).startswith("local") and python != sys.executable:
+        found = subprocess.run([python, "-c", "import large_queue"], capture_output=True, check=False)
+        if found.returncode != 0:
+            raise errors.InvalidArgumentError(
+                f"Spark's Python workers run {python!r}, which cannot import large_queue: start the"
+                f" session with PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python) set"
+            )
     spark.dataSource.register(LargeQueueDataSource)
 
 

@@ -100,6 +100,10 @@ class Recording(Backend):
         results: list[dict[str, Any] | None] = self._keep("batch_read", list(reads))
         return results
 
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The inner store's answer."""
+        return self.inner.sets_holding(namespace, user_key)
+
     def max_record_bytes(self, namespace: str) -> int:
         """The inner store's limit."""
         return self.inner.max_record_bytes(namespace)

@@ -166,20 +166,35 @@ def _positive_float(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="large-queue", description=__doc__.split("\n")[0])
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="large-queue",
+        description="Manage, inspect, demonstrate and benchmark large_queue queues.",
+        formatter_class=formatter,
+    )
     parser.add_argument("--url", help="store URL (default: LARGE_QUEUE_URL, else the embedded store)")
-    parser.add_argument("--namespace", help="namespace of the queue's metadata record")
+    parser.add_argument("--namespace", help="namespace of the queue's metadata record (default: the store's)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    commands = parser.add_subparsers(dest="command", required=True)
-    create = commands.add_parser("create", help="create a queue")
-    create.add_argument("queue")
-    create.add_argument("--capacity", type=int, required=True)
-    create.add_argument("--slots-per-record", type=int, help="default: the capacity, at most 100")
-    create.add_argument("--buffer-namespace")
-    create.add_argument("--lock-ttl", type=float, default=2.0, help="seconds")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=text, description=text, formatter_class=formatter)
+
+    create = command("create", "create a queue")
+    create.add_argument("queue", help="queue name")
+    create.add_argument("--capacity", type=_positive_int, required=True, help="entries the queue holds")
+    create.add_argument(
+        "--slots-per-record",
+        type=_positive_int,
+        help="entries per buffer record (default: the capacity, at most 100, and fewer in small records)",
+    )
+    create.add_argument("--buffer-namespace", help="namespace of the buffer records (default: --namespace)")
+    create.add_argument(
+        "--lock-ttl", type=_positive_float, default=2.0, help="seconds a silent lock holder keeps it"
+    )
     create.add_argument(
         "--record-size-limit",
-        type=int,
+        type=_positive_int,
         help="bytes a buffer record may hold (default: the store's limit for the namespace)",
     )
     create.add_argument(
@@ -188,42 +203,47 @@ def _parser() -> argparse.ArgumentParser:
         default=NATIVE,
         help="how entries are stored: native values (any entry) or JSON text (read by Spark as it is)",
     )
+    command("list", "list the queues of the namespace")
     for name, text in [
         ("info", "show a queue's state"),
         ("dequeue", "remove and print the head entry"),
         ("delete", "delete a queue and its records"),
     ]:
-        commands.add_parser(name, help=text).add_argument("queue")
-    enqueue = commands.add_parser("enqueue", help="append JSON entries")
-    enqueue.add_argument("queue")
-    enqueue.add_argument("entries", nargs="+", help="JSON values")
-    enqueue.add_argument("--overwrite-if-full", action="store_true")
-    check = commands.add_parser("check", help="report what is wrong with a queue's records")
-    check.add_argument("queue")
+        command(name, text).add_argument("queue", help="queue name")
+    enqueue = command("enqueue", "append entries given as JSON, all or none")
+    enqueue.add_argument("queue", help="queue name")
+    enqueue.add_argument("entries", nargs="+", help="one JSON value per entry")
+    enqueue.add_argument(
+        "--overwrite-if-full", action="store_true", help="drop the oldest entries to make room"
+    )
+    check = command("check", "report what is wrong with a queue's records")
+    check.add_argument("queue", help="queue name")
     check.add_argument("--repair", action="store_true", help="recreate missing buffer records (empty)")
-    get = commands.add_parser("get", help="read the entry at an offset (no lock)")
-    get.add_argument("queue")
-    get.add_argument("offset", type=int)
-    commands.add_parser("demo", help="a short tour on the configured store")
-    torture = commands.add_parser("torture", help="many processes, pauses and kills; then check the history")
-    torture.add_argument("--producers", type=_positive_int, default=3)
-    torture.add_argument("--consumers", type=_positive_int, default=2)
+    get = command("get", "read the entry at an offset (no lock)")
+    get.add_argument("queue", help="queue name")
+    get.add_argument("offset", type=int, help="the entry's offset")
+    command("demo", "a short tour on the configured store")
+    torture = command("torture", "many processes, pauses and kills; then check the history")
+    torture.add_argument("--producers", type=_positive_int, default=3, help="producer processes")
+    torture.add_argument("--consumers", type=_positive_int, default=2, help="consumer processes")
     torture.add_argument("--duration", type=_positive_float, default=10.0, help="seconds of load")
     torture.add_argument("--lock-ttl", type=_positive_float, default=0.5, help="seconds")
-    torture.add_argument("--capacity", type=_positive_int, default=300)
+    torture.add_argument("--capacity", type=_positive_int, default=300, help="entries the queue holds")
     torture.add_argument(
         "--fault-interval", type=_positive_float, default=1.0, help="mean seconds between faults"
     )
     torture.add_argument("--no-pauses", action="store_true", help="do not SIGSTOP workers")
     torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
-    torture.add_argument("--seed", type=int, default=0)
+    torture.add_argument("--seed", type=int, default=0, help="seed of the workload and the faults")
     torture.add_argument("--histories", help="keep the history files in this directory")
-    bench = commands.add_parser("bench", help="throughput and round trips per operation")
-    bench.add_argument("--operations", type=_positive_int, default=3000)
-    bench.add_argument("--batches", type=_positive_int, default=300)
-    bench.add_argument("--batch-size", type=_positive_int, default=100)
-    bench.add_argument("--processes", type=_positive_int, default=4)
-    bench.add_argument("--no-progress", action="store_true")
+    bench = command("bench", "throughput, round trips and client CPU per operation, against floors")
+    bench.add_argument(
+        "--operations", type=_positive_int, default=3000, help="single operations of each kind"
+    )
+    bench.add_argument("--batches", type=_positive_int, default=300, help="batches of each kind")
+    bench.add_argument("--batch-size", type=_positive_int, default=100, help="entries per batch")
+    bench.add_argument("--processes", type=_positive_int, default=4, help="concurrent producer processes")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bars")
     bench.add_argument(
         "--spark", action="store_true", help="rows/s reading a queue into Spark, against Parquet"
     )
@@ -259,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     encoding=args.encoding,
                 ).info()
             )
+        elif args.command == "list":
+            store = connect(args.url, create=False)
+            for name in store.queue_names(args.namespace or store.default_namespace):
+                print(name)
         elif args.command == "check":
             from large_queue._check import check_queue
 

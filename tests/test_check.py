@@ -139,3 +139,23 @@ def test_json_on_the_command_line_is_standard_both_ways(
     Queue.open(connect(url), q).enqueue([float("nan"), float("-inf"), 1.5])
     assert main(["--url", url, "get", q, "0"]) == 0
     assert '"value": ["NaN", "-Infinity", 1.5]' in capsys.readouterr().out
+
+
+def test_list_names_the_queues_of_the_namespace(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    names = sorted(place.name(base) for base in ("a", "b"))
+    for name in names:
+        assert main(["--url", place.url, "create", name, "--capacity", "4"]) == 0
+    capsys.readouterr()
+    assert main(["--url", place.url, "list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert [name for name in listed if name in names] == names
+
+
+def test_help_says_what_each_option_does_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "``" not in top and "Manage, inspect" in top
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "single operations of each kind (default: 3000)" in " ".join(capsys.readouterr().out.split())

@@ -191,8 +191,21 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The sets of ``namespace`` that hold a record with key ``user_key``, sorted.
+
+        A scan of the namespace: for administration, not for operations.
+        """
+
+    @abstractmethod
     def max_record_bytes(self, namespace: str) -> int:
         """The largest record the store keeps in ``namespace``, in bytes."""
+
+    def queue_names(self, namespace: str) -> list[str]:
+        """The names of the queues in ``namespace`` (each has a metadata record in a set of its name)."""
+        from large_queue._records import METADATA_KEY
+
+        return self.sets_holding(namespace, METADATA_KEY)
 
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.

@@ -532,6 +532,17 @@ class AerospikeBackend(Backend):
         )
         return functools.partial(self.client.batch_write, requests)
 
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The sets of ``namespace`` that hold a record with key ``user_key`` (stored keys), sorted."""
+        self._count()
+        query = self.client.query(namespace, None)
+        query.select()  # keys only: no bins
+        found: set[str] = set()
+        policy = {"expressions": exp.Eq(exp.KeyStr(), user_key).compile()}
+        with mapped_errors:
+            query.foreach(lambda record: found.add(record[0][1]), policy)
+        return sorted(found)
+
     def max_record_bytes(self, namespace: str) -> int:
         """The namespace's ``max-record-size`` (the smallest any node has), read once and kept."""
         if namespace not in self._record_limits:

@@ -310,6 +310,18 @@ class EmbeddedBackend(Backend):
 
     # --- the interface ----------------------------------------------------------
 
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The sets of ``namespace`` that hold a record with key ``user_key``, sorted."""
+        self._count()
+        self._check_key(RecordKey(namespace, "", user_key))
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT set_name, expires_ns FROM records WHERE namespace=? AND user_key=? ORDER BY set_name",
+                (namespace, user_key),
+            ).fetchall()
+        now = self.clock()
+        return [set_name for set_name, expires_ns in rows if expires_ns is None or expires_ns > now]
+
     def max_record_bytes(self, namespace: str) -> int:
         """The store's record size limit (the same in every namespace)."""
         self._check_key(RecordKey(namespace, "", ""))

@@ -146,6 +146,10 @@ class FaultInjectingBackend(Backend):
         self._count()
         return self.inner.batch_read(reads)
 
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The inner store's answer."""
+        return self.inner.sets_holding(namespace, user_key)
+
     def max_record_bytes(self, namespace: str) -> int:
         """The wrapped store's limit."""
         return self.inner.max_record_bytes(namespace)

@@ -11,6 +11,7 @@ end it drains the queue and hands every history to the checker
 
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing
 import os
@@ -18,6 +19,7 @@ import random
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from large_queue.backends import connect
 from large_queue.lock import LockPolicy
 from large_queue.queue import Queue
 
+#: seconds between the progress lines of a run
+PROGRESS_EVERY = 5.0
 DEFINITE_FAILURES = (errors.LockLostError, errors.LockNotAcquiredError, errors.QueueFullError)
 
 
@@ -78,6 +82,7 @@ def _open(url: str, name: str) -> Queue:
 
 
 def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
@@ -100,6 +105,7 @@ def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed
 
 
 def _consumer(url: str, name: str, history: str, tag: str, deadline: float, seed: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
@@ -119,8 +125,13 @@ def _consumer(url: str, name: str, history: str, tag: str, deadline: float, seed
             time.sleep(0.002)
 
 
-def run(config: TortureConfig, *, directory: str | None = None, log: Any = print) -> TortureReport:
-    """One torture run; histories go to ``directory`` (a temporary one by default)."""
+def run(config: TortureConfig, *, directory: str | None = None, log: Any = None) -> TortureReport:
+    """One torture run; histories go to ``directory`` (a temporary one by default).
+
+    ``log`` takes each line of progress and of the report (default: printed at once).
+    """
+    if log is None:
+        log = functools.partial(print, flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         histories = Path(directory or scratch)
         histories.mkdir(parents=True, exist_ok=True)
@@ -163,8 +174,49 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     pauses = kills = 0
     enabled = [kind for kind, on in (("pause", config.pauses), ("kill", config.kills)) if on]
     faults = itertools.cycle(enabled or ["none"])  # alternate, so a short run sees every kind
+    try:
+        pauses, kills = _inject_faults(config, rng, workers, start, faults, deadline, log)
+    except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
+        for _, _, process in workers.values():
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGKILL)
+            process.join()
+        Queue.delete(store, name)
+        raise
+    for _, _, process in workers.values():
+        process.join(60)
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGKILL)
+            process.join()
+    _drain(config.url, name, histories / "drain.jsonl")
+    Queue.delete(store, name)
+    calls = read_calls(sorted(histories.glob("*.jsonl")))
+    operations = sum(1 for call in calls if call.outcome == "ok")
+    report = TortureReport(operations=operations, pauses=pauses, kills=kills, verdict=check(calls))
+    for line in report.lines():
+        log(line)
+    return report
+
+
+def _inject_faults(
+    config: TortureConfig,
+    rng: random.Random,
+    workers: dict[str, Any],
+    start: Any,
+    faults: Iterator[str],
+    deadline: float,
+    log: Any,
+) -> tuple[int, int]:
+    """Pause and kill workers until the deadline, saying how it goes every few seconds."""
+    pauses = kills = 0
+    began = time.monotonic()
+    said = began
     time.sleep(3.0)
     while time.monotonic() < deadline - config.fault_interval:
+        if time.monotonic() - said >= PROGRESS_EVERY:
+            said = time.monotonic()
+            alive = sum(process.is_alive() for _, _, process in workers.values())
+            log(f"{said - began:4.0f} s: {pauses} pauses, {kills} kills so far; {alive} workers running")
         time.sleep(config.fault_interval * rng.uniform(0.5, 1.5))
         live = [tag for tag, (_, _, process) in workers.items() if process.is_alive()]
         if not live:
@@ -182,19 +234,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
             process.join()
             kills += 1
             start(role, index)
-    for _, _, process in workers.values():
-        process.join(60)
-        if process.is_alive():
-            os.kill(process.pid, signal.SIGKILL)
-            process.join()
-    _drain(config.url, name, histories / "drain.jsonl")
-    Queue.delete(store, name)
-    calls = read_calls(sorted(histories.glob("*.jsonl")))
-    operations = sum(1 for call in calls if call.outcome == "ok")
-    report = TortureReport(operations=operations, pauses=pauses, kills=kills, verdict=check(calls))
-    for line in report.lines():
-        log(line)
-    return report
+    return pauses, kills
 
 
 def _drain(url: str, name: str, history: Path) -> None:

@@ -141,7 +141,14 @@ def _torture(args: argparse.Namespace) -> int:
             kills=not args.no_kills,
             seed=args.seed,
         )
-        report = _torture.run(config, directory=args.histories)
+        try:
+            report = _torture.run(config, directory=args.histories)
+        except KeyboardInterrupt:
+            print(
+                "large-queue: torture interrupted; its workers were stopped and its queue deleted",
+                file=sys.stderr,
+            )
+            return 130
     return 0 if report.verdict.ok else 1
 
 

@@ -7,6 +7,10 @@ by hand with every parameter. It runs on both stores (see ``place``).
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,3 +33,33 @@ def test_torture_finds_no_anomaly(place: Place, tmp_path: Path) -> None:
     assert report.pauses >= 1 and report.kills >= 1, "faults were not injected"
     assert report.verdict.enqueues_acknowledged > 1000
     assert report.verdict.ok, "\n".join(lines)
+
+
+@pytest.mark.torture
+def test_torture_says_how_it_goes_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    run_ = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "large_queue.cli",
+            "--url",
+            f"embedded://{tmp_path}/t.db",
+            "torture",
+            "--duration",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: Ctrl-C reaches the coordinator and its workers
+    )
+    deadline = time.monotonic() + 30
+    assert run_.stdout is not None
+    first = run_.stdout.readline()  # a progress line, after 5 s of load
+    assert "pauses" in first and "workers running" in first, first
+    os.killpg(run_.pid, signal.SIGINT)
+    _, err = run_.communicate(timeout=max(1, deadline - time.monotonic()))
+    assert run_.returncode == 130
+    assert err.strip().splitlines() == [
+        "large-queue: torture interrupted; its workers were stopped and its queue deleted"
+    ], err

@@ -17,7 +17,6 @@ beside each rate.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import multiprocessing
 import time
 import uuid
@@ -197,8 +196,8 @@ def _run_phase(phase: Phase, twins: _Twins, progress: bool) -> Figure:
     both sides alike.
     """
     backend = twins.timed.backend
-    library_seconds = library_cpu = floor_seconds = floor_cpu = raw_seconds = raw_cpu = 0.0
-    operations = library_commands = floor_commands = 0
+    library, floor, raw = _Tally(), _Tally(), _Tally()
+    operations = 0
     twins.recording.log.clear()
     with phase.opened(twins.timed) as timed, phase.opened(twins.recorded) as recorded:
         _floor.run(_prepared(twins))  # the floor's twin is opened alike, untimed
@@ -210,49 +209,56 @@ def _run_phase(phase: Phase, twins: _Twins, progress: bool) -> Figure:
             with _clock() as spent:
                 for i in range(done, done + share):
                     operations += phase.step(timed, i)
-            library_commands += backend.commands - commands
-            library_seconds, library_cpu = library_seconds + spent[0], library_cpu + spent[1]
+            library.add(spent, backend.commands - commands)
             for i in range(done, done + share):
                 phase.step(recorded, i)
             replays = _prepared(twins)
             with _clock() as spent:
                 _floor.run(replays)
-            floor_commands += len(replays)
-            floor_seconds, floor_cpu = floor_seconds + spent[0], floor_cpu + spent[1]
+            floor.add(spent, len(replays))
             with _clock() as spent:
                 for _ in replays:
                     _raw_command(backend, twins.raw_key)
-            raw_seconds, raw_cpu = raw_seconds + spent[0], raw_cpu + spent[1]
+            raw.add(spent, len(replays))
             done += share
     _floor.run(_prepared(twins))  # and closed alike
-    floor = Figure(
-        name="  floor: the same commands, prepared",
-        operations=operations,
-        calls=phase.count,
-        seconds=floor_seconds,
-        round_trips=floor_commands,
-        cpu_seconds=floor_cpu,
+    raw_figure = raw.figure("raw single-record command", raw.commands, raw.commands)
+    return library.figure(
+        phase.name,
+        operations,
+        phase.count,
         unit=phase.unit,
+        raw=raw_figure,
+        floor=floor.figure(
+            "  floor: the same commands, prepared", operations, phase.count, unit=phase.unit, raw=raw_figure
+        ),
     )
-    raw = Figure(
-        name="raw single-record command",
-        operations=floor_commands,
-        calls=floor_commands,
-        seconds=raw_seconds,
-        round_trips=floor_commands,
-        cpu_seconds=raw_cpu,
-    )
-    return Figure(
-        name=phase.name,
-        operations=operations,
-        calls=phase.count,
-        seconds=library_seconds,
-        round_trips=library_commands,
-        cpu_seconds=library_cpu,
-        unit=phase.unit,
-        floor=dataclasses.replace(floor, raw=raw),
-        raw=raw,
-    )
+
+
+@dataclass
+class _Tally:
+    """Wall time, CPU time and commands, summed over rounds."""
+
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    commands: int = 0
+
+    def add(self, spent: list[float], commands: int) -> None:
+        self.seconds += spent[0]
+        self.cpu_seconds += spent[1]
+        self.commands += commands
+
+    def figure(self, name: str, operations: int, calls: int, *, unit: str = "ops", **links: Figure) -> Figure:
+        return Figure(
+            name=name,
+            operations=operations,
+            calls=calls,
+            seconds=self.seconds,
+            round_trips=self.commands,
+            cpu_seconds=self.cpu_seconds,
+            unit=unit,
+            **links,
+        )
 
 
 def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:

@@ -69,9 +69,12 @@ def _check_value(value: Any, as_json: bool, depth: int) -> None:
     flat dicts and lists).
     """
     kind = type(value)
-    if kind is list:
+    if kind is list or kind is dict:
         _check_depth(depth)
-        for index, item in enumerate(value):
+        is_dict = kind is dict
+        for label, item in value.items() if is_dict else enumerate(value):
+            if is_dict and (type(label) is not str or (not as_json and "\x00" in label)):
+                _check_key(label, as_json)  # a plain str key needs no call
             item_kind = type(item)
             if item_kind is str and (as_json or "\x00" not in item):
                 continue
@@ -80,30 +83,7 @@ def _check_value(value: Any, as_json: bool, depth: int) -> None:
             try:
                 _check_value(item, as_json, depth + 1)
             except _Refused as refused:
-                refused.path.append(f"[{index}]")
-                raise
-        return
-    if kind is dict:
-        _check_depth(depth)
-        keys = (str,) if as_json else (str, int, bytes)
-        for key, item in value.items():
-            key_kind = type(key)
-            if key_kind not in keys:
-                raise _Refused(
-                    f"has a key of type {key_kind.__name__}; dict keys must be"
-                    + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
-                )
-            if key_kind is str and not as_json and "\x00" in key:
-                raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
-            item_kind = type(item)
-            if item_kind is str and (as_json or "\x00" not in item):
-                continue
-            if item_kind is int and INT64_MIN <= item <= INT64_MAX:
-                continue
-            try:
-                _check_value(item, as_json, depth + 1)
-            except _Refused as refused:
-                refused.path.append(f"[{key!r}]")
+                refused.path.append(f"[{label!r}]")
                 raise
         return
     if kind is str:
@@ -132,6 +112,17 @@ def _check_value(value: Any, as_json: bool, depth: int) -> None:
         f"is a {kind.__name__}, which the store cannot keep{hint}; entries are made of"
         " None, bool, int, float, str, bytes, list and dict"
     )
+
+
+def _check_key(key: Any, as_json: bool) -> None:
+    key_kind = type(key)
+    if key_kind not in ((str,) if as_json else (str, int, bytes)):
+        raise _Refused(
+            f"has a key of type {key_kind.__name__}; dict keys must be"
+            + (" str in a JSON-encoded queue" if as_json else " str, int or bytes")
+        )
+    if key_kind is str and not as_json and "\x00" in key:
+        raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
 
 
 def _check_depth(depth: int) -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from large_queue import errors
-from large_queue.backends import Backend, Operation, Record, RecordKey, WriteMode
-from large_queue.backends.conditions import Bound, Condition
+from large_queue.backends import Backend, RecordKey
+from large_queue.backends._delegating import Delegating
+from large_queue.backends.conditions import Bound
 from large_queue.queue import Queue
 
 
@@ -33,80 +34,22 @@ class Command:
     refused: bool = False  # it raised (a create-only put of an existing record, say)
 
 
-class Recording(Backend):
+class Recording(Delegating):
     """Passes every command through to ``inner`` and appends it to ``log``."""
 
     def __init__(self, inner: Backend) -> None:
-        super().__init__()
-        self.inner = inner
-        self.default_namespace = inner.default_namespace
+        super().__init__(inner)
         self.log: list[Command] = []
 
-    def _keep(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        self._count()
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run the command on the inner store and keep it, with whether it was refused."""
         try:
-            result = getattr(self.inner, method)(*args, **kwargs)
+            result = super().relay(method, *args, **kwargs)
         except errors.LargeQueueError:
             self.log.append(Command(method, args, kwargs, refused=True))
             raise
         self.log.append(Command(method, args, kwargs))
         return result
-
-    def get(self, key: RecordKey) -> Record | None:
-        """Read through, recorded."""
-        record: Record | None = self._keep("get", key)
-        return record
-
-    def put(
-        self,
-        key: RecordKey,
-        bins: dict[str, Any],
-        *,
-        mode: WriteMode = WriteMode.UPSERT,
-        generation: int | None = None,
-        ttl: int | None = None,
-    ) -> None:
-        """Write through, recorded."""
-        self._keep("put", key, dict(bins), mode=mode, generation=generation, ttl=ttl)
-
-    def operate(
-        self,
-        key: RecordKey,
-        operations: Sequence[Operation],
-        *,
-        condition: Condition | None = None,
-        generation: int | None = None,
-    ) -> dict[str, Any]:
-        """Operate through, recorded."""
-        result: dict[str, Any] = self._keep(
-            "operate", key, list(operations), condition=condition, generation=generation
-        )
-        return result
-
-    def remove(self, key: RecordKey) -> bool:
-        """Remove through, recorded."""
-        removed: bool = self._keep("remove", key)
-        return removed
-
-    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
-        """Batch-read through, recorded."""
-        records: list[Record | None] = self._keep("batch_get", list(keys))
-        return records
-
-    def batch_read(
-        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
-    ) -> list[dict[str, Any] | None]:
-        """Batch-read through, recorded."""
-        results: list[dict[str, Any] | None] = self._keep("batch_read", list(reads))
-        return results
-
-    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
-        """The inner store's answer."""
-        return self.inner.sets_holding(namespace, user_key)
-
-    def max_record_bytes(self, namespace: str) -> int:
-        """The inner store's limit."""
-        return self.inner.max_record_bytes(namespace)
 
     def close(self) -> None:
         """Nothing to close: the inner store belongs to the caller."""

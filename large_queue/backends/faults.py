@@ -15,14 +15,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
 from large_queue._records import BUFFER_KEY_PREFIX, FENCE_COUNTER, LOCK_OWNER, METADATA_KEY, NO_OWNER
-from large_queue.backends._base import Backend, Increment, Operation, Record, RecordKey, Write, WriteMode
-from large_queue.backends.conditions import Condition
+from large_queue.backends._base import Backend, Increment, Operation, RecordKey, Write
+from large_queue.backends._delegating import Delegating
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,11 @@ class _Fault:
     remaining: int
 
 
-class FaultInjectingBackend(Backend):
+class FaultInjectingBackend(Delegating):
     """Delegates to ``inner``, except for writes an injected fault matches."""
 
     def __init__(self, inner: Backend) -> None:
-        super().__init__()
-        self.inner = inner
-        self.default_namespace = inner.default_namespace
+        super().__init__(inner)
         self._faults: list[_Fault] = []
         self.injected = 0
         #: every write command seen, in order
@@ -78,16 +76,21 @@ class FaultInjectingBackend(Backend):
         """
         self._faults.append(_Fault(when, applied, times))
 
-    def _through(self, call: Call, run: Callable[[], Any]) -> Any:
-        self._count()
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Reads go through; a write goes through unless an injected fault matches it."""
+        if method not in _WRITES:
+            return super().relay(method, *args, **kwargs)
+        call = Call(method, args[0], tuple(args[1]) if method == "operate" else ())
         self.calls.append(call)
         fault = next((f for f in self._faults if f.remaining and f.when(call)), None)
         if fault is None:
-            return run()
+            return super().relay(method, *args, **kwargs)
         fault.remaining -= 1
         self.injected += 1
         if fault.applied:
-            run()
+            super().relay(method, *args, **kwargs)
+        else:
+            self._count()
         raise errors.BackendTimeoutError(
             f"injected timeout on {call.method} of {call.key.user_key}"
             f" ({'applied' if fault.applied else 'not applied'})",
@@ -95,65 +98,5 @@ class FaultInjectingBackend(Backend):
             in_doubt=True,
         )
 
-    def get(self, key: RecordKey) -> Record | None:
-        """Read through to the wrapped store."""
-        self._count()
-        return self.inner.get(key)
 
-    def put(
-        self,
-        key: RecordKey,
-        bins: dict[str, Any],
-        *,
-        mode: WriteMode = WriteMode.UPSERT,
-        generation: int | None = None,
-        ttl: int | None = None,
-    ) -> None:
-        """Write through, unless a fault matches."""
-        self._through(
-            Call("put", key), lambda: self.inner.put(key, bins, mode=mode, generation=generation, ttl=ttl)
-        )
-
-    def operate(
-        self,
-        key: RecordKey,
-        operations: Sequence[Operation],
-        *,
-        condition: Condition | None = None,
-        generation: int | None = None,
-    ) -> dict[str, Any]:
-        """Operate through, unless a fault matches."""
-        result: dict[str, Any] = self._through(
-            Call("operate", key, tuple(operations)),
-            lambda: self.inner.operate(key, operations, condition=condition, generation=generation),
-        )
-        return result
-
-    def remove(self, key: RecordKey) -> bool:
-        """Remove through, unless a fault matches."""
-        removed: bool = self._through(Call("remove", key), lambda: self.inner.remove(key))
-        return removed
-
-    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
-        """Batch-read through to the wrapped store."""
-        self._count()
-        return self.inner.batch_get(keys)
-
-    def batch_read(
-        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
-    ) -> list[dict[str, Any] | None]:
-        """Batch-read through to the wrapped store."""
-        self._count()
-        return self.inner.batch_read(reads)
-
-    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
-        """The inner store's answer."""
-        return self.inner.sets_holding(namespace, user_key)
-
-    def max_record_bytes(self, namespace: str) -> int:
-        """The wrapped store's limit."""
-        return self.inner.max_record_bytes(namespace)
-
-    def close(self) -> None:
-        """Close the wrapped store."""
-        self.inner.close()
+_WRITES = ("put", "operate", "remove")

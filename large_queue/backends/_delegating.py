@@ -1,0 +1,90 @@
+"""A store that hands every command to another one: the base of stores that watch or change commands.
+
+Every interface call goes through :meth:`Delegating.relay`, which a subclass
+overrides to record commands (the benchmark's floors) or to make some of
+them fail (fault injection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from large_queue.backends._base import Backend, Operation, Record, RecordKey, WriteMode
+from large_queue.backends.conditions import Condition
+
+
+class Delegating(Backend):
+    """Hands every command to ``inner`` through :meth:`relay`."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__()
+        self.inner = inner
+        self.default_namespace = inner.default_namespace
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``inner.<method>(*args, **kwargs)``, counted as one command."""
+        self._count()
+        return getattr(self.inner, method)(*args, **kwargs)
+
+    def get(self, key: RecordKey) -> Record | None:
+        """Read through the inner store."""
+        record: Record | None = self.relay("get", key)
+        return record
+
+    def put(
+        self,
+        key: RecordKey,
+        bins: dict[str, Any],
+        *,
+        mode: WriteMode = WriteMode.UPSERT,
+        generation: int | None = None,
+        ttl: int | None = None,
+    ) -> None:
+        """Write through the inner store."""
+        self.relay("put", key, bins, mode=mode, generation=generation, ttl=ttl)
+
+    def operate(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        *,
+        condition: Condition | None = None,
+        generation: int | None = None,
+    ) -> dict[str, Any]:
+        """Operate through the inner store."""
+        result: dict[str, Any] = self.relay(
+            "operate", key, list(operations), condition=condition, generation=generation
+        )
+        return result
+
+    def remove(self, key: RecordKey) -> bool:
+        """Remove through the inner store."""
+        removed: bool = self.relay("remove", key)
+        return removed
+
+    def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
+        """Batch-read through the inner store."""
+        records: list[Record | None] = self.relay("batch_get", list(keys))
+        return records
+
+    def batch_read(
+        self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
+    ) -> list[dict[str, Any] | None]:
+        """Batch-read through the inner store."""
+        results: list[dict[str, Any] | None] = self.relay("batch_read", list(reads))
+        return results
+
+    def sets_holding(self, namespace: str, user_key: str) -> list[str]:
+        """The inner store's answer."""
+        found: list[str] = self.relay("sets_holding", namespace, user_key)
+        return found
+
+    def max_record_bytes(self, namespace: str) -> int:
+        """The inner store's limit."""
+        limit: int = self.inner.max_record_bytes(namespace)
+        return limit
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()

@@ -15,6 +15,7 @@ The original API (``LargeQueue``, ``ASAborted``) is kept for existing code.
 from __future__ import annotations
 
 from large_queue._seed import ASAborted, LargeQueue
+from large_queue._stats import QueueStats
 from large_queue.backends import Backend, connect
 from large_queue.errors import (
     BackendError,
@@ -58,6 +59,7 @@ __all__ = [
     "QueueFullError",
     "QueueInfo",
     "QueueNotFoundError",
+    "QueueStats",
     "UnsupportedEntryError",
     "connect",
 ]

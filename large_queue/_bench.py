@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from large_queue import _floor
 from large_queue._records import QueueKeys
+from large_queue._stats import QueueStats, combined
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
 from large_queue.queue import Queue
 
@@ -269,10 +270,17 @@ def _producer_process(url: str, name: str, count: int, start_event: Any, results
     began, cpu = time.perf_counter(), time.process_time()
     for n in range(count):
         queue.enqueue(f"{producer}:{n}")
-    results.put((time.perf_counter() - began, queue.backend.commands - opened, time.process_time() - cpu))
+    results.put(
+        (
+            time.perf_counter() - began,
+            queue.backend.commands - opened,
+            time.process_time() - cpu,
+            queue.stats(),
+        )
+    )
 
 
-def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, bool]:
+def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, bool, QueueStats]:
     """``processes`` producers enqueue at once; then check every entry arrived exactly once."""
     backend = connect(url)
     name = f"bench-conc-{uuid.uuid4().hex[:8]}"
@@ -300,10 +308,10 @@ def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, boo
         operations=processes * per_process,
         calls=processes * per_process,
         seconds=seconds,
-        round_trips=sum(commands for _, commands, _ in reports),
-        cpu_seconds=sum(cpu for _, _, cpu in reports),
+        round_trips=sum(commands for _, commands, _, _ in reports),
+        cpu_seconds=sum(cpu for _, _, cpu, _ in reports),
     )
-    return figure, exact
+    return figure, exact, combined([stats for *_, stats in reports])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -318,6 +326,7 @@ class Report:
     many: Figure  # ... and its concurrent producers
     ratios: list[float]  # concurrent / single aggregate rate, every round, sorted
     exactly_once: bool  # every concurrently produced entry arrived exactly once, in every round
+    many_stats: QueueStats  # the median round's concurrent producers' counters, added up
 
     def lines(self) -> list[str]:
         """The report as printed by ``large-queue bench``."""
@@ -334,6 +343,12 @@ class Report:
         lines.append(
             f"{self.processes} producers vs 1: aggregate {self.many.rate / self.one.rate:.2f}x (median of"
             f" {len(self.ratios)} rounds: {ratios}); every entry exactly once: {self.exactly_once}"
+        )
+        stats = self.many_stats
+        lines.append(
+            f"{self.processes} producers' locks: {stats.lock_waits / max(1, stats.enqueue_calls):.2f} refused"
+            f" attempts per enqueue, {stats.locks_broken} broken, {stats.locks_lost} lost,"
+            f" {stats.outcomes_unknown} in doubt"
         )
         return lines
 
@@ -399,11 +414,11 @@ def measure(
     total = max(200 * processes, CONCURRENT_OPERATIONS_FACTOR * operations)
     rounds = []
     for _ in range(CONCURRENT_ROUNDS):
-        one, one_exact = _concurrent(url, 1, total)
-        many, many_exact = _concurrent(url, processes, total // processes)
-        rounds.append((many.rate / one.rate, one, many, one_exact and many_exact))
+        one, one_exact, _ = _concurrent(url, 1, total)
+        many, many_exact, many_stats = _concurrent(url, processes, total // processes)
+        rounds.append((many.rate / one.rate, one, many, one_exact and many_exact, many_stats))
     rounds.sort(key=lambda round_: round_[0])
-    _, one, many, _ = rounds[len(rounds) // 2]
+    _, one, many, _, many_stats = rounds[len(rounds) // 2]
     return Report(
         store=repr(backend),
         processes=processes,
@@ -412,5 +427,6 @@ def measure(
         one=one,
         many=many,
         ratios=[ratio for ratio, *_ in rounds],
-        exactly_once=all(exact for *_, exact in rounds),
+        exactly_once=all(exact for *_, exact, _ in rounds),
+        many_stats=many_stats,
     )

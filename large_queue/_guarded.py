@@ -30,13 +30,16 @@ def guarded_write(
     *,
     lost: Callable[[], errors.LargeQueueError],
     unknown: Callable[[errors.BackendTimeoutError], errors.LargeQueueError],
+    sent: Callable[[], None] = lambda: None,
 ) -> None:
     """Apply ``operations`` while ``guard`` holds.
 
-    Raises ``lost()`` if the guard does not hold and ``unknown()`` if nobody can tell.
+    Raises ``lost()`` if the guard does not hold and ``unknown()`` if nobody
+    can tell; calls ``sent()`` for every attempt (a command sent).
     """
     in_doubt: errors.BackendTimeoutError | None = None
     for attempt in range(1, ATTEMPTS + 1):
+        sent()
         try:
             backend.operate(key, operations, condition=guard)
             return

@@ -213,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     command("list", "list the queues of the namespace")
     for name, text in [
         ("info", "show a queue's state"),
+        ("stats", "show a queue's backlog and its consumers' lag, as stored (counters live in each process)"),
         ("dequeue", "remove and print the head entry"),
         ("delete", "delete a queue and its records"),
     ]:
@@ -256,6 +257,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--entries", type=_positive_int, default=1_000_000, help="queue size for --spark")
     return parser
+
+
+def _stored_stats(queue: Queue) -> dict[str, Any]:
+    """The gauges a queue's records hold: its backlog, and where the cluster shim's consumers are."""
+    from large_queue.cluster import ownership_info
+
+    info = queue.info()
+    stats: dict[str, Any] = {
+        "queue": queue.name,
+        "size": info.size,
+        "free": info.capacity - info.size,
+        "head_offset": info.head_offset,
+        "tail_offset": info.tail_offset,
+        "locked_by": info.lock_owner,
+    }
+    with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
+        shared = ownership_info(queue)
+        stats["consumers"] = {
+            "owner": shared.owner,
+            "not_delivered": info.tail_offset - shared.delivered_offset,
+            "delivered_not_acked": shared.in_flight,
+            "live_nodes": sum(node.alive for node in shared.nodes),
+        }
+    return stats
 
 
 def _entry(entry: Entry | None) -> dict[str, Any] | None:
@@ -314,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
                     _print({"ownership": ownership_info(queue)})
+            elif args.command == "stats":
+                _print(_stored_stats(queue))
             elif args.command == "dequeue":
                 _print(_entry(queue.dequeue()))
             elif args.command == "get":

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from large_queue._entries import (
     max_entry_bytes,
 )
 from large_queue._frozen import frozen
+from large_queue._stats import Counters, QueueStats
 from large_queue.backends import (
     Backend,
     ListGetRange,
@@ -184,12 +185,14 @@ class Queue:
         self.lock_ttl = metadata.lock_ttl_ms / 1000
         #: which creation of the queue this handle opened: every command it sends is refused in another
         self.incarnation = metadata.incarnation
+        self.counters = Counters()
         self.lock = QueueLock(
             backend,
             self.keys,
             policy=lock_policy,
             counter_limit=fence_counter_limit,
             incarnation=metadata.incarnation,
+            counters=self.counters,
         )
 
     def __repr__(self) -> str:
@@ -442,6 +445,7 @@ class Queue:
             )
             offsets = range(new_tail - count, new_tail)
             self.lock.commit(grant, head=new_head, tail=new_tail, known={"offsets": offsets})
+        self.counters.add(enqueue_calls=1, entries_enqueued=count)
         return offsets
 
     def _write_entries(
@@ -495,6 +499,7 @@ class Queue:
         with self._releasing_on_error(grant):
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
             self.lock.commit(grant, head=new_head, erased_below=grant.head, known={"entries": taken})
+        self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
         if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
             log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
         return taken, skipped
@@ -558,6 +563,10 @@ class Queue:
             0, grant.erased_below, grant.head - self.shape.slots_per_record, grant.tail - self.capacity
         )
 
+    def stats(self) -> QueueStats:
+        """What this handle has done and met since it was opened (see :class:`QueueStats`)."""
+        return self.counters.snapshot()
+
     # --- sharing between nodes ----------------------------------------------------------
 
     def consumer(
@@ -587,6 +596,7 @@ class Queue:
             return None
         record = self.shape.record_of(offset)
         slot_index = self.shape.slot_of(offset)
+        self.counters.add(commands=1)
         result = self.backend.operate(self.keys.buffer(record), [ListGetRange(rec.SLOTS, slot_index, 1)])
         slots = result.get(rec.SLOTS)
         if not isinstance(slots, list) or len(slots) != 1:
@@ -617,6 +627,7 @@ class Queue:
 
     def _current_metadata(self) -> rec.Metadata:
         """The metadata record now; ``QueueNotFoundError`` if the queue is not the one this handle opened."""
+        self.counters.add(commands=1)
         metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
         if metadata.incarnation != self.incarnation:
             raise errors.QueueNotFoundError(
@@ -664,10 +675,9 @@ class Queue:
         else:
             guard = None if self.incarnation is None else same_queue(self.incarnation)
         try:
-            result = self._retrying_timeouts(
-                lambda: self.backend.operate(self.keys.buffer(record), operations, condition=guard)
-            )
+            result = self._retrying_timeouts(self.keys.buffer(record), operations, guard)
         except errors.ConditionNotMetError:
+            self.counters.add(fencing_refusals=1, locks_lost=1)
             raise self.lock.replaced() or errors.LockLostError(
                 f"txn {grant.txn_id!r} lost the lock of queue {self.name!r}: a later holder"
                 f" (token > {grant.token}) has written buffer record {record}; nothing was committed",
@@ -692,8 +702,9 @@ class Queue:
             )
         return slots
 
-    @staticmethod
-    def _retrying_timeouts(command: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _retrying_timeouts(
+        self, key: RecordKey, operations: list[Operation], guard: Condition | None
+    ) -> dict[str, Any]:
         """Run an idempotent buffer command, repeating it if it times out.
 
         A buffer command sets slots and fencing marks to absolute values, so
@@ -701,11 +712,13 @@ class Queue:
         before the commit. Other errors are not retried.
         """
         for attempt in range(1, BUFFER_ATTEMPTS + 1):
+            self.counters.add(commands=1)
             try:
-                return command()
+                return self.backend.operate(key, operations, condition=guard)
             except errors.BackendTimeoutError:
                 if attempt == BUFFER_ATTEMPTS:
                     raise
+                self.counters.add(timeouts_repeated=1)
         raise AssertionError("BUFFER_ATTEMPTS must be positive")
 
     @contextlib.contextmanager

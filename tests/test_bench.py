@@ -43,8 +43,10 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert report.exactly_once
     assert len(report.ratios) == 1
     assert any(line.startswith("  floor: the same commands") for line in report.lines())
-    assert report.lines()[-1].startswith("2 producers vs 1: aggregate")
-    assert report.lines()[-1].endswith("every entry exactly once: True")
+    assert report.lines()[-2].startswith("2 producers vs 1: aggregate")
+    assert report.lines()[-2].endswith("every entry exactly once: True")
+    assert report.many_stats.enqueue_calls == report.many.operations  # the producers' own counters
+    assert report.lines()[-1].startswith("2 producers' locks: ")
 
 
 def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(

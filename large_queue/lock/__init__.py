@@ -49,6 +49,7 @@ from large_queue._records import (
     TAIL,
     QueueKeys,
 )
+from large_queue._stats import Counters
 from large_queue.backends import Backend, Increment, Operation, Read, Write
 from large_queue.backends.conditions import (
     Bound,
@@ -133,8 +134,11 @@ class QueueLock:
         policy: LockPolicy = LockPolicy(),
         counter_limit: int = DEFAULT_COUNTER_LIMIT,
         incarnation: str | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.backend = backend
+        #: where the lock's commands, waits, breaks and losses are counted
+        self.counters = counters or Counters()
         self.keys = keys
         self.policy = policy
         self.counter_limit = counter_limit
@@ -171,11 +175,19 @@ class QueueLock:
 
     def try_acquire(self, txn_id: str) -> LockGrant:
         """One attempt; raises ``_Busy`` when the lock is held and unexpired."""
+        self.counters.add(commands=1)
         try:
             state = self.backend.operate(
-                self.keys.metadata, [Write(LOCK_OWNER, txn_id), *_TAKE_AND_READ], condition=_FREE_OR_EXPIRED
+                self.keys.metadata,
+                [
+                    Read(LOCK_OWNER),
+                    Write(LOCK_OWNER, txn_id),
+                    *_TAKE_AND_READ,
+                ],  # the owner read is the one before
+                condition=_FREE_OR_EXPIRED,
             )
         except errors.ConditionNotMetError:
+            self.counters.add(lock_waits=1)
             raise _Busy() from None
         except errors.BackendTimeoutError as exc:
             if not exc.in_doubt:
@@ -194,6 +206,8 @@ class QueueLock:
             acquired_at=time.monotonic(),
             erased_below=state.get(ERASED_BELOW, 0),
         )
+        broken = state.get(LOCK_OWNER, NO_OWNER) not in (NO_OWNER, txn_id)  # held, but silent past the TTL
+        self.counters.add(size=grant.tail - grant.head, locks_broken=int(broken))
         if grant.token.counter >= self.counter_limit:
             grant = self._start_epoch(grant)
         return grant
@@ -207,6 +221,7 @@ class QueueLock:
         Otherwise it was not applied, or it was and the lock has since been
         broken; either way this txn holds nothing and may simply try again.
         """
+        self.counters.add(commands=1)
         record = self.backend.get(self.keys.metadata)
         if record is None:
             raise errors.QueueNotFoundError(f"queue {self.keys.name!r} does not exist", queue=self.keys.name)
@@ -269,17 +284,9 @@ class QueueLock:
                 self.keys.metadata,
                 operations,
                 self.held_by(grant, self.incarnation if same_queue else None),
-                lost=lambda: (
-                    self.replaced()
-                    or errors.LockLostError(
-                        f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
-                        f" (token {grant.token}) before {what}: it expired and was broken;"
-                        " nothing was committed",
-                        queue=self.keys.name,
-                        txn_id=grant.txn_id,
-                    )
-                ),
+                lost=lambda: self.replaced() or self._lost(grant, what),
                 unknown=lambda cause: self._unknown(grant, what, known, cause),
+                sent=lambda: self.counters.add(commands=1),
             )
         except errors.RecordNotFoundError:  # deleted meanwhile, by another process
             raise errors.QueueNotFoundError(
@@ -288,9 +295,20 @@ class QueueLock:
                 queue=self.keys.name,
             ) from None
 
+    def _lost(self, grant: LockGrant, what: str) -> errors.LockLostError:
+        self.counters.add(locks_lost=1)
+        return errors.LockLostError(
+            f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
+            f" (token {grant.token}) before {what}: it expired and was broken;"
+            " nothing was committed",
+            queue=self.keys.name,
+            txn_id=grant.txn_id,
+        )
+
     def _unknown(
         self, grant: LockGrant, what: str, known: dict[str, Any] | None, cause: errors.BackendTimeoutError
     ) -> errors.OutcomeUnknownError:
+        self.counters.add(outcomes_unknown=1)
         return errors.OutcomeUnknownError(
             f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may or may not"
             " have been applied; it was not repeated blindly",

@@ -1,0 +1,63 @@
+"""What one queue handle has done and met: counters for operating a queue in production.
+
+Every :class:`large_queue.Queue` keeps a :class:`Counters`; ``queue.stats()``
+takes a :class:`QueueStats` snapshot of it. The counters are this process's
+view through this handle (other processes keep their own); the gauges of the
+queue itself (size, head, tail) are in ``queue.info()``.
+:mod:`large_queue.metrics` publishes the snapshots to Prometheus.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueStats:
+    """A snapshot of a queue handle's counters (all count up from when the handle was opened)."""
+
+    enqueue_calls: int = 0  #: enqueue and enqueue_batch calls that committed
+    entries_enqueued: int = 0
+    dequeue_calls: int = 0  #: dequeue and dequeue_batch calls that committed (empty ones too)
+    entries_dequeued: int = 0
+    commands: int = 0  #: store commands (round trips) the handle's operations sent
+    lock_waits: int = 0  #: lock acquire attempts refused because another holder had the lock
+    locks_broken: int = 0  #: acquires that took over a lock whose holder had gone silent past the TTL
+    fencing_refusals: int = 0  #: buffer writes refused because a later holder had written the record
+    locks_lost: int = 0  #: operations ended with LockLostError: nothing of them became visible
+    outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
+    timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
+    entries_overwritten: int = 0  #: entries found overwritten before they were dequeued (overwrite mode)
+    size: int = 0  #: entries in the queue when this handle last held its lock (its backlog, as seen)
+
+
+class Counters:
+    """The mutable counters behind :class:`QueueStats`; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = {field.name: 0 for field in fields(QueueStats)}
+
+    def add(self, **amounts: int) -> None:
+        """Add to counters by name (``size`` is set, not added)."""
+        with self._lock:
+            for name, amount in amounts.items():
+                if name == "size":
+                    self._values[name] = amount
+                else:
+                    self._values[name] += amount
+
+    def snapshot(self) -> QueueStats:
+        """The counters now."""
+        with self._lock:
+            return QueueStats(**self._values)
+
+
+def combined(snapshots: list[QueueStats]) -> QueueStats:
+    """The counters of several handles added up (``size``: the largest seen)."""
+    values = {
+        field.name: (max if field.name == "size" else sum)(getattr(s, field.name) for s in snapshots)
+        for field in fields(QueueStats)
+    }
+    return QueueStats(**values) if snapshots else QueueStats()

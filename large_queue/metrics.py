@@ -1,0 +1,70 @@
+"""Publishing queue handles' counters to Prometheus (``pip install 'large-queue[metrics]'``).
+
+Example::
+
+    from prometheus_client import start_http_server
+    from large_queue.metrics import publish
+
+    publish(queue)               # large_queue_entries_enqueued_total{queue="events", namespace="test"} ...
+    start_http_server(9108)
+
+The counters are read from ``queue.stats()`` when Prometheus scrapes, so
+publishing costs the queue's operations nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import fields
+from typing import Any
+
+from large_queue._stats import QueueStats
+from large_queue.queue import Queue
+
+#: the one gauge among the counters (the others only grow)
+_GAUGES = ("size",)
+
+
+class QueueCollector:
+    """A Prometheus collector of the counters of some queue handles."""
+
+    def __init__(self, queues: list[Queue]) -> None:
+        self.queues = queues
+
+    def collect(self) -> Iterator[Any]:
+        """One metric family per counter, a sample per queue handle."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        snapshots = [(queue, queue.stats()) for queue in self.queues]
+        for field in fields(QueueStats):
+            name = f"large_queue_{field.name}"
+            family = (GaugeMetricFamily if field.name in _GAUGES else CounterMetricFamily)(
+                name, _description(field.name), labels=["queue", "namespace"]
+            )
+            for queue, stats in snapshots:
+                family.add_metric([queue.name, queue.keys.metadata_namespace], getattr(stats, field.name))
+            yield family
+
+
+def _description(name: str) -> str:
+    doc = {
+        "size": "Entries in the queue when this handle last held its lock",
+        "commands": "Store commands (round trips) the handle's operations sent",
+        "lock_waits": "Lock acquire attempts refused because another holder had the lock",
+        "locks_broken": "Acquires that took over a lock whose holder was silent past the TTL",
+        "fencing_refusals": "Buffer writes refused because a later lock holder had written the record",
+        "locks_lost": "Operations that ended with LockLostError (nothing of them became visible)",
+        "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
+        "timeouts_repeated": "Buffer commands that timed out and were sent again",
+        "entries_overwritten": "Entries found overwritten before they were dequeued",
+    }
+    return doc.get(name, name.replace("_", " ").capitalize())
+
+
+def publish(*queues: Queue, registry: Any = None) -> QueueCollector:
+    """Register a collector of ``queues``' counters with ``registry`` (default: Prometheus's)."""
+    from prometheus_client import REGISTRY
+
+    collector = QueueCollector(list(queues))
+    (registry or REGISTRY).register(collector)
+    return collector

@@ -1,0 +1,94 @@
+"""Each queue handle counts what it did and met; the counters reach Prometheus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, QueueStats
+from large_queue import _records as rec
+from large_queue.backends import ListSetRange
+from tests.fix_backends import Place, Store
+
+TTL = 0.3
+
+
+def test_operations_entries_and_commands_are_counted(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    before = store.backend.commands
+    for value in range(3):
+        queue.enqueue(value)
+    queue.enqueue_batch(range(5))
+    queue.dequeue()
+    queue.dequeue_batch(4)
+    queue.get(5)
+    queue.info()
+    stats = queue.stats()
+    assert (stats.enqueue_calls, stats.entries_enqueued, stats.dequeue_calls, stats.entries_dequeued) == (
+        4,
+        8,
+        2,
+        5,
+    )
+    assert stats.commands == store.backend.commands - before  # every command this handle sent, and only those
+    assert stats.size == 8 - 1  # as the last dequeue_batch saw it when it took the lock
+    assert (stats.lock_waits, stats.locks_broken, stats.locks_lost, stats.fencing_refusals) == (0, 0, 0, 0)
+
+
+def test_waits_breaks_and_fencing_refusals_are_counted(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    waiting = Queue.open(
+        store.backend, queue.name, lock_policy=LockPolicy(acquire_timeout=0.05, max_wait=0.01)
+    )
+    stale = queue.lock.try_acquire("A")  # A holds the lock...
+    with pytest.raises(LockNotAcquiredError):
+        waiting.enqueue("blocked")
+    assert waiting.stats().lock_waits >= 1
+    store.advance(TTL * 2)  # ...and goes silent past the TTL
+    waiting.enqueue("after A", txn_id="B")  # B breaks A's lock and writes record 0
+    assert waiting.stats().locks_broken == 1
+    with pytest.raises(LockLostError):
+        queue._fenced_command(stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's", 0]])], read=None)
+    assert (queue.stats().fencing_refusals, queue.stats().locks_lost) == (1, 1)
+    with pytest.raises(LockLostError):
+        queue.lock.commit(stale, tail=1)
+    assert queue.stats().locks_lost == 2
+
+
+def test_counters_are_published_to_prometheus(store: Store) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from large_queue.metrics import publish
+
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["a", "b", "c"])
+    registry = CollectorRegistry()
+    publish(queue, registry=registry)
+    text = generate_latest(registry).decode()
+    labels = f'{{namespace="test",queue="{queue.name}"}}'
+    assert f"large_queue_entries_enqueued_total{labels} 3.0" in text
+    assert f"large_queue_size{labels} 0.0" in text  # a gauge: the backlog the last operation saw
+    assert f"large_queue_commands_total{labels} {float(queue.stats().commands)}" in text
+    assert set(QueueStats.__dataclass_fields__) == {
+        line.split("{")[0].removeprefix("large_queue_").removesuffix("_total")
+        for line in text.splitlines()
+        if line.startswith("large_queue_") and "_created" not in line
+    }
+
+
+def test_the_stats_command_shows_backlog_and_consumer_lag(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from large_queue.cli import main
+
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=10, slots_per_record=5)
+    queue.enqueue_batch(range(6))
+    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        consumer.ack(consumer.receive(2))
+        consumer.receive(1)  # delivered, not acked
+        assert main(["--url", place.url, "stats", name]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["size"], printed["free"], printed["tail_offset"]) == (4, 6, 6)  # the acked 2 freed
+    assert printed["consumers"]["not_delivered"] == 3 and printed["consumers"]["delivered_not_acked"] == 1

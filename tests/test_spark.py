@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,6 +105,18 @@ def test_json_encoded_queue_reads_as_a_native_one(spark: Any, url: str) -> None:
         reader(spark, url, "encoded").schema(typed).load().orderBy("offset").collect()
         == reader(spark, url, "native").schema(typed).load().orderBy("offset").collect()
     )
+
+
+@pytest.mark.parametrize("value_format", ["json", "binary"])
+def test_what_a_read_gives_a_write_takes_back_unchanged(spark: Any, url: str, value_format: str) -> None:
+    Queue.create(connect(url), "events", capacity=12, slots_per_record=3).enqueue_batch(EVENTS)
+    read = reader(spark, url, "events", valueFormat=value_format).load().select("value")
+    read.write.format("large_queue").option("url", url).option("queue", "copy").option(
+        "createIfMissing", "true"
+    ).option("capacity", 12).mode("append").save()  # no valueFormat: the column's type says
+    copied = [e.value for e in Queue.open(connect(url), "copy").dequeue_batch(12)]
+    in_order = functools.partial(json.dumps, sort_keys=True)  # dicts come back with their keys in order
+    assert sorted(map(in_order, copied)) == sorted(map(in_order, EVENTS))
 
 
 def test_writes_create_a_json_encoded_queue_when_asked(spark: Any, url: str) -> None:
@@ -245,7 +258,9 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
     back = reader(spark, url, "out").schema("k long, v string, xs array<long>").load().orderBy("k").collect()
     assert [(r.k, r.v, r.xs) for r in back] == [(1, "a", [1, 2]), (2, "b", [])]
     values = spark.createDataFrame([("x",), ("y",)], "value string")
-    values.write.format("large_queue").option("url", url).option("queue", "out").mode("append").save()
+    values.write.format("large_queue").option("url", url).option("queue", "out").option(
+        "valueFormat", "text"
+    ).mode("append").save()
     assert sorted(
         json.loads(r.value) for r in reader(spark, url, "out", startingOffsets=2).load().collect()
     ) == ["x", "y"]

@@ -11,7 +11,8 @@ Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
 ``LARGE_QUEUE_URL`` or the embedded store), ``namespace``, ``queue``
 (required), ``startingOffsets`` / ``endingOffsets`` (``earliest``,
 ``latest`` or an offset), ``minPartitions``, ``recordsPerPartition``,
-``valueFormat`` (``json`` | ``binary``), ``failOnDataLoss`` (default true),
+``valueFormat`` (``json`` | ``binary``; writes decode a string value column as JSON and bytes as
+msgpack by default, and ``text`` keeps a string), ``failOnDataLoss`` (default true),
 ``maxOffsetsPerTrigger`` (streaming), and for writing ``batchSize``,
 ``createIfMissing``, ``capacity``, ``slotsPerRecord``, ``entryEncoding``
 (``native`` | ``json``, for a queue that ``createIfMissing`` creates).

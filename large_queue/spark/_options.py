@@ -15,6 +15,8 @@ from large_queue._entries import ENCODINGS, NATIVE, check_encoding
 from large_queue._records import QueueShape
 
 VALUE_FORMATS = ("json", "binary")
+#: what a writer also takes: keep a string value column as it is, a string entry
+WRITE_VALUE_FORMATS = (*VALUE_FORMATS, "text")
 OPTIONS = (
     "url",
     "namespace",
@@ -75,6 +77,15 @@ def _bound(options: Mapping[str, str], name: str, default: str) -> str | int:
     return offset
 
 
+def for_reading(options: SourceOptions) -> SourceOptions:
+    """``options``, refused if they only make sense for writing."""
+    if options.value_format not in VALUE_FORMATS:
+        raise errors.InvalidArgumentError(
+            f"option valueFormat={options.value_format!r} is for writes; reads give json or binary"
+        )
+    return options
+
+
 @dataclass(frozen=True, kw_only=True)
 class SourceOptions:
     """Everything the data source was given, validated."""
@@ -111,9 +122,10 @@ class SourceOptions:
         if not queue:
             raise errors.InvalidArgumentError("option 'queue' is required: .option('queue', 'name')")
         value_format = lowered.get("valueformat", "json").lower()
-        if value_format not in VALUE_FORMATS:
+        if value_format not in WRITE_VALUE_FORMATS:
             raise errors.InvalidArgumentError(
                 f"option valueFormat={lowered['valueformat']!r} must be one of {', '.join(VALUE_FORMATS)}"
+                " (and, for writes, text)"
             )
         return cls(
             url=lowered.get("url"),

@@ -47,7 +47,7 @@ from large_queue import errors
 from large_queue.backends import Backend, connect
 from large_queue.queue import Queue
 from large_queue.spark._arrow import read_segment
-from large_queue.spark._options import SourceOptions, check_range, data_loss, resolve, segments
+from large_queue.spark._options import SourceOptions, check_range, data_loss, for_reading, resolve, segments
 
 log = logging.getLogger("large_queue.spark")
 
@@ -221,20 +221,31 @@ def _native(value: Any) -> Any:
 def _entry(options: SourceOptions, row: Row) -> Any:
     """The entry for one row: its ``value`` column, else the whole row as a dict.
 
-    With ``valueFormat`` given, the value column is decoded first: JSON text
-    (``json``) or msgpack bytes (``binary``), as the reader produces them.
+    The value column is decoded as the reader encodes it, so that what one
+    query reads another writes back unchanged: a string is JSON text, bytes
+    are msgpack (``valueFormat`` json or binary says so explicitly). With
+    ``valueFormat=text`` a string is kept as it is; a value of another type
+    is the entry itself.
     """
     if "value" not in row.__fields__:
         return _native(row.asDict(recursive=True))
     value = row["value"]
-    if options.value_format_given and value is not None:
-        try:
-            return orjson.loads(value) if options.value_format == "json" else msgspec.msgpack.decode(value)
-        except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
-            raise errors.InvalidArgumentError(
-                f"a value is not {options.value_format} as valueFormat says: {exc}"
-            ) from None
-    return _native(value)
+    if value is None or (options.value_format == "text" and isinstance(value, str)):
+        return value
+    decoding = options.value_format if options.value_format_given else None
+    if decoding is None:
+        decoding = (
+            "json" if isinstance(value, str) else "binary" if isinstance(value, (bytes, bytearray)) else None
+        )
+    if decoding is None:
+        return _native(value)
+    try:
+        return orjson.loads(value) if decoding == "json" else msgspec.msgpack.decode(value)
+    except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
+        raise errors.InvalidArgumentError(
+            f"a value is not {decoding} as the value column's type (or valueFormat) says: {exc}"
+            " (valueFormat=text keeps a string value as it is)"
+        ) from None
 
 
 def _prepare_queue(options: SourceOptions) -> None:
@@ -337,15 +348,19 @@ class LargeQueueDataSource(DataSource):
 
     def schema(self) -> str:
         """``queue``, ``offset``, ``value`` (JSON text or msgpack bytes) and ``enqueued_at``."""
-        return BINARY_SCHEMA if SourceOptions.parse(self.options).value_format == "binary" else JSON_SCHEMA
+        return (
+            BINARY_SCHEMA
+            if for_reading(SourceOptions.parse(self.options)).value_format == "binary"
+            else JSON_SCHEMA
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader over one snapshot of the queue."""
-        return _BatchReader(SourceOptions.parse(self.options), schema)
+        return _BatchReader(for_reading(SourceOptions.parse(self.options)), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader whose offsets are queue offsets."""
-        return _StreamReader(SourceOptions.parse(self.options), schema)
+        return _StreamReader(for_reading(SourceOptions.parse(self.options)), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A batch writer that enqueues rows."""

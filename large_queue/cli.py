@@ -211,6 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how entries are stored: native values (any entry) or JSON text (read by Spark as it is)",
     )
     command("list", "list the queues of the namespace")
+    command("compact", "shrink an embedded store's file to what it holds (rewrites the whole file)")
     for name, text in [
         ("info", "show a queue's state"),
         ("stats", "show a queue's backlog and its consumers' lag, as stored (counters live in each process)"),
@@ -310,6 +311,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record_size_limit=args.record_size_limit,
                     encoding=args.encoding,
                 ).info()
+            )
+        elif args.command == "compact":
+            from large_queue.backends.embedded import EmbeddedBackend
+
+            store = connect(args.url, create=False)
+            if not isinstance(store, EmbeddedBackend):
+                raise errors.InvalidArgumentError(
+                    "compact is for embedded stores: Aerospike reclaims space itself"
+                )
+            before = store.path.stat().st_size
+            store.compact()
+            _print(
+                {"file": str(store.path), "bytes_before": before, "bytes_after": store.path.stat().st_size}
             )
         elif args.command == "list":
             store = connect(args.url, create=False)

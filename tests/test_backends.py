@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,3 +128,22 @@ def test_the_embedded_file_shrinks_as_queues_are_deleted(tmp_path: Path) -> None
     Queue.delete(store, "big")
     store.close()  # the last connection checkpoints the write-ahead log into the file
     assert path.stat().st_size < full / 10, (full, path.stat().st_size)
+
+
+def test_a_file_made_before_space_was_reclaimed_is_compacted(tmp_path: Path) -> None:
+    from large_queue.cli import main
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as old:  # as earlier versions made files: no auto-vacuum
+        old.execute("PRAGMA auto_vacuum=NONE")
+        old.execute("CREATE TABLE t (x)")
+    store = EmbeddedBackend(path)
+    Queue.create(store, "big", capacity=2000, slots_per_record=20).enqueue_batch([b"x" * 2000] * 2000)
+    Queue.delete(store, "big")
+    store.close()
+    kept = path.stat().st_size
+    assert kept > 4_000_000  # the deleted queue's pages stayed in the file
+    assert main(["--url", f"embedded://{path}", "compact"]) == 0
+    assert path.stat().st_size < kept / 10
+    store = EmbeddedBackend(path)  # and from now on it gives pages back as they are freed
+    assert store._connection().execute("PRAGMA auto_vacuum").fetchone() == (2,)

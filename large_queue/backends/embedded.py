@@ -443,6 +443,24 @@ class EmbeddedBackend(Backend):
             self._reclaim()
         return removed
 
+    def compact(self) -> None:
+        """Rewrite the file without its free pages, and switch it to giving them back as they free.
+
+        For files made before the store reclaimed space on delete: ``VACUUM``
+        copies the whole file, so it holds the writer lock for as long.
+        """
+        with self._lock:
+            conn = self._connection()
+            self._writer_lock(True)
+            try:
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # into the file itself, now
+            except sqlite3.Error as exc:
+                raise _store_file_error(self.path, exc) from exc
+            finally:
+                self._writer_lock(False)
+
     def _reclaim(self) -> None:
         """Give the file's free pages back to the file system: the pages a removed record held.
 

@@ -33,25 +33,44 @@ class QueueStats:
 
 
 class Counters:
-    """The mutable counters behind :class:`QueueStats`; safe to share between threads."""
+    """The mutable counters behind :class:`QueueStats`; safe to share between threads.
+
+    Each thread adds to counters of its own (no lock on the way of an
+    operation); a snapshot adds them up.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._values = {field.name: 0 for field in fields(QueueStats)}
+        self._local = threading.local()
+        self._threads: list[dict[str, int]] = []
+        self._size = 0
 
-    def add(self, **amounts: int) -> None:
-        """Add to counters by name (``size`` is set, not added)."""
-        with self._lock:
+    def _mine(self) -> dict[str, int]:
+        try:
+            values: dict[str, int] = self._local.values
+        except AttributeError:
+            values = self._local.values = dict.fromkeys(_COUNTED, 0)
+            with self._lock:
+                self._threads.append(values)
+        return values
+
+    def add(self, *, size: int | None = None, **amounts: int) -> None:
+        """Add to counters by name; ``size`` is set, not added."""
+        if size is not None:
+            self._size = size
+        if amounts:
+            mine = self._mine()
             for name, amount in amounts.items():
-                if name == "size":
-                    self._values[name] = amount
-                else:
-                    self._values[name] += amount
+                mine[name] += amount
 
     def snapshot(self) -> QueueStats:
         """The counters now."""
         with self._lock:
-            return QueueStats(**self._values)
+            totals = {name: sum(values[name] for values in self._threads) for name in _COUNTED}
+        return QueueStats(**totals, size=self._size)
+
+
+_COUNTED = tuple(field.name for field in fields(QueueStats) if field.name != "size")
 
 
 def combined(snapshots: list[QueueStats]) -> QueueStats:

@@ -118,6 +118,31 @@ os.register_at_fork(after_in_child=_new_process_id)
 _txn_counter = itertools.count()
 
 
+class _ReleasingOnError:
+    """Releases a grant's lock when the body fails before its commit, so others need not wait the TTL.
+
+    Not after a lost lock (nothing to release) nor an in-doubt commit:
+    releasing then could turn "maybe applied" into a wrong answer for
+    nobody's benefit; that lock simply expires. (A class, not a generator:
+    it is entered by every operation.)
+    """
+
+    def __init__(self, lock: QueueLock, grant: LockGrant) -> None:
+        self.lock = lock
+        self.grant = grant
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, (errors.LockLostError, errors.OutcomeUnknownError)):
+            return
+        try:
+            self.lock.release(self.grant)
+        except errors.LargeQueueError:
+            log.debug("could not release the lock after an error", exc_info=True)
+
+
 def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:
     """Keys of the buffer records a queue's metadata says exist (an interrupted create made only some)."""
     record_count = metadata.get(rec.RECORD_COUNT)
@@ -721,21 +746,6 @@ class Queue:
                 self.counters.add(timeouts_repeated=1)
         raise AssertionError("BUFFER_ATTEMPTS must be positive")
 
-    @contextlib.contextmanager
-    def _releasing_on_error(self, grant: LockGrant) -> Iterator[None]:
-        """Release the lock if the body fails before its commit, so others need not wait the TTL.
-
-        Not after a lost lock (nothing to release) nor an in-doubt commit:
-        releasing then could turn "maybe applied" into a wrong answer for
-        nobody's benefit; that lock simply expires.
-        """
-        try:
-            yield
-        except (errors.LockLostError, errors.OutcomeUnknownError):
-            raise
-        except BaseException:
-            try:
-                self.lock.release(grant)
-            except errors.LargeQueueError:
-                log.debug("could not release the lock after an error", exc_info=True)
-            raise
+    def _releasing_on_error(self, grant: LockGrant) -> _ReleasingOnError:
+        """Release the lock if the body fails before its commit, so others need not wait the TTL."""
+        return _ReleasingOnError(self.lock, grant)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,19 @@ def test_store_files_that_cannot_be_used_are_named(tmp_path: Path) -> None:
     with pytest.raises((StoreFileError, CorruptQueueError)):
         again = connect(f"embedded://{tmp_path}/truncated.db")
         Queue.open(again, "q").dequeue_batch(300)
+
+
+def test_a_read_only_store_file_is_read_and_refuses_writes_by_name(tmp_path: Path) -> None:
+    store = connect(f"embedded://{tmp_path}/ro.db")
+    Queue.create(store, "q", capacity=10).enqueue("kept")
+    store.close()
+    # Immutable even for root, who ignores file modes.
+    if subprocess.run(["chattr", "+i", str(tmp_path / "ro.db")], capture_output=True, check=False).returncode:
+        pytest.skip("chattr +i is not available here to make the file read-only")
+    try:
+        queue = Queue.open(connect(f"embedded://{tmp_path}/ro.db"), "q")
+        assert queue.get(0).value == "kept"  # type: ignore[union-attr]
+        with pytest.raises(StoreFileError, match="is read-only"):
+            queue.enqueue("more")
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "ro.db")], check=False)

@@ -214,7 +214,8 @@ class EmbeddedBackend(Backend):
             )
             # Pages freed by a removed record go back to the file system at once (below), in
             # steps as small as the record: set before the first table, so for new files only.
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            if conn.execute("PRAGMA page_count").fetchone()[0] == 0:  # a new file
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
             # No memory-mapped I/O: with it, the first command after another

@@ -27,7 +27,6 @@ from typing import Any
 from tqdm import tqdm
 
 from large_queue import _floor
-from large_queue._records import QueueKeys
 from large_queue._stats import QueueStats, combined
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
 from large_queue.queue import Queue
@@ -379,9 +378,7 @@ def measure(
     capacity = max(operations, batches * batch_size) + operations
     recording = _floor.Recording(backend)
     names = [f"{name}-{role}" for role in ("timed", "rec", "floor")]
-    raw_key = QueueKeys(
-        name=f"{name}-raw", metadata_namespace=backend.default_namespace, buffer_namespace=""
-    ).metadata
+    raw_key = RecordKey(backend.default_namespace, f"{name}-raw", "raw")
     try:
         queues = [Queue.create(backend, twin, capacity=capacity, slots_per_record=100) for twin in names]
         twins = _Twins(
@@ -399,14 +396,11 @@ def measure(
         backend.remove(raw_key)
         for twin in names:
             Queue.delete(backend, twin)
-    samples = [figure.raw for figure in figures if figure.raw is not None]
-    raw = Figure(
-        name="raw single-record command (all rounds)",
-        operations=sum(sample.operations for sample in samples),
-        calls=sum(sample.calls for sample in samples),
-        seconds=sum(sample.seconds for sample in samples),
-        round_trips=sum(sample.round_trips for sample in samples),
-        cpu_seconds=sum(sample.cpu_seconds for sample in samples),
+    every_round = _Tally()
+    for sample in (figure.raw for figure in figures if figure.raw is not None):
+        every_round.add([sample.seconds, sample.cpu_seconds], sample.round_trips)
+    raw = every_round.figure(
+        "raw single-record command (all rounds)", every_round.commands, every_round.commands
     )
     # The same number of entries either way (enough that starting and finishing
     # are a small part of a round), in interleaved rounds so that a slow moment

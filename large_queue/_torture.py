@@ -19,7 +19,6 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,11 +170,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         start("p", index)
     for index in range(config.consumers):
         start("c", index)
-    pauses = kills = 0
-    enabled = [kind for kind, on in (("pause", config.pauses), ("kill", config.kills)) if on]
-    faults = itertools.cycle(enabled or ["none"])  # alternate, so a short run sees every kind
     try:
-        pauses, kills = _inject_faults(config, rng, workers, start, faults, deadline, log)
+        pauses, kills = _inject_faults(config, rng, workers, start, deadline, log)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
         for _, _, process in workers.values():
             if process.is_alive():
@@ -203,11 +199,12 @@ def _inject_faults(
     rng: random.Random,
     workers: dict[str, Any],
     start: Any,
-    faults: Iterator[str],
     deadline: float,
     log: Any,
 ) -> tuple[int, int]:
     """Pause and kill workers until the deadline, saying how it goes every few seconds."""
+    enabled = [kind for kind, on in (("pause", config.pauses), ("kill", config.kills)) if on]
+    faults = itertools.cycle(enabled or ["none"])  # alternate, so a short run sees every kind
     pauses = kills = 0
     began = time.monotonic()
     said = began

@@ -326,8 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {"file": str(store.path), "bytes_before": before, "bytes_after": store.path.stat().st_size}
             )
         elif args.command == "list":
-            store = connect(args.url, create=False)
-            for name in store.queue_names(args.namespace or store.default_namespace):
+            for name in Queue.names(connect(args.url, create=False), namespace=args.namespace):
                 print(name)
         elif args.command == "check":
             from large_queue._check import check_queue

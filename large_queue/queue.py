@@ -397,6 +397,15 @@ class Queue:
         return rec.parse_metadata(name, record.bins)
 
     @staticmethod
+    def names(store: Any, *, namespace: str | None = None) -> list[str]:
+        """The names of the queues in ``namespace``, sorted: a scan, for administration.
+
+        Each queue is the set holding its metadata record.
+        """
+        backend = connect(store)
+        return backend.sets_holding(namespace or backend.default_namespace, rec.METADATA_KEY)
+
+    @staticmethod
     def delete(store: Any, name: str, *, namespace: str | None = None) -> bool:
         """Delete a queue and all its records; False if it did not exist.
 
@@ -424,8 +433,7 @@ class Queue:
             if record is None:
                 return False
             backend.remove(keys.metadata)
-            buffers = _existing_buffers(record.bins, name, namespace)
-            for key in buffers:
+            for key in _existing_buffers(record.bins, name, namespace):
                 backend.remove(key)
         nodes = backend.get(keys.nodes)
         node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
@@ -655,11 +663,7 @@ class Queue:
         self.counters.add(commands=1)
         metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
         if metadata.incarnation != self.incarnation:
-            raise errors.QueueNotFoundError(
-                f"queue {self.name!r} was deleted and created again since this handle opened it"
-                " (open it again)",
-                queue=self.name,
-            )
+            raise self.lock.replaced_error(created_again=True)
         return metadata
 
     # --- buffer access under the lock ------------------------------------------------------
@@ -702,8 +706,11 @@ class Queue:
         try:
             result = self._retrying_timeouts(self.keys.buffer(record), operations, guard)
         except errors.ConditionNotMetError:
+            replaced = self.lock.replaced()
+            if replaced is not None:
+                raise replaced from None
             self.counters.add(fencing_refusals=1, locks_lost=1)
-            raise self.lock.replaced() or errors.LockLostError(
+            raise errors.LockLostError(
                 f"txn {grant.txn_id!r} lost the lock of queue {self.name!r}: a later holder"
                 f" (token > {grant.token}) has written buffer record {record}; nothing was committed",
                 queue=self.name,

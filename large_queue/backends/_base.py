@@ -201,12 +201,6 @@ class Backend(ABC):
     def max_record_bytes(self, namespace: str) -> int:
         """The largest record the store keeps in ``namespace``, in bytes."""
 
-    def queue_names(self, namespace: str) -> list[str]:
-        """The names of the queues in ``namespace`` (each has a metadata record in a set of its name)."""
-        from large_queue._records import METADATA_KEY
-
-        return self.sets_holding(namespace, METADATA_KEY)
-
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.
 

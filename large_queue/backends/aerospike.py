@@ -140,13 +140,12 @@ _SINCE_UPDATE = exp.SinceUpdateTime().compile()[0]
 _VALUE = _AND_OF_TWO[1]  # (op, type, {"val": 0}, 0)
 
 
-_BIN_LEAVES = {c.IntBin: exp.IntBin, c.StrBin: exp.StrBin, c.BinExists: exp.BinExists}
+_BIN_LEAVES = {"IntBin": exp.IntBin, "StrBin": exp.StrBin, "BinExists": exp.BinExists}
 
 
 @functools.cache
 def _bin_leaf(kind: str, name: str) -> tuple[Any, ...]:
-    builder = next(b for node, b in _BIN_LEAVES.items() if node.__name__ == kind)
-    compiled: tuple[Any, ...] = builder(name).compile()[0]
+    compiled: tuple[Any, ...] = _BIN_LEAVES[kind](name).compile()[0]
     return compiled
 
 

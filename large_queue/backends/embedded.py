@@ -113,18 +113,17 @@ def _key_ordered(value: Any) -> Any:
     return value
 
 
-def _unpack(blob: bytes, key: RecordKey | tuple[str, str, str]) -> dict[str, Any]:
+def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
+    """The bins stored for the record ``where`` (namespace, set, key)."""
     try:
         result = _DECODER.decode(blob)
     except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
-        where = key if isinstance(key, tuple) else (key.namespace, key.set_name, key.user_key)
-        raise errors.CorruptRecordError(
-            f"record {'/'.join(where)} holds damaged data that cannot be read: {exc}", code=-1, key=where
-        ) from None
-    if not isinstance(result, dict):
-        raise errors.CorruptRecordError(
-            f"record {key} holds {type(result).__name__} where its bins should be", code=-1
-        )
+        problem = f"damaged data that cannot be read: {exc}"
+    else:
+        if isinstance(result, dict):
+            return result
+        problem = f"{type(result).__name__} where its bins should be"
+    raise errors.CorruptRecordError(f"record {'/'.join(where)} holds {problem}", code=-1, key=where)
     return result
 
 
@@ -284,7 +283,7 @@ class EmbeddedBackend(Backend):
             return None
         if row[3] is not None and row[3] <= self.clock():
             return None
-        return _unpack(row[0], key), row[1], row[2]
+        return _unpack(row[0], (key.namespace, key.set_name, key.user_key)), row[1], row[2]
 
     def _store(
         self,
@@ -450,29 +449,24 @@ class EmbeddedBackend(Backend):
         For files made before the store reclaimed space on delete: ``VACUUM``
         copies the whole file, so it holds the writer lock for as long.
         """
-        with self._lock:
-            conn = self._connection()
-            self._writer_lock(True)
-            try:
-                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-                conn.execute("VACUUM")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # into the file itself, now
-            except sqlite3.Error as exc:
-                raise _store_file_error(self.path, exc) from exc
-            finally:
-                self._writer_lock(False)
+        # the last step copies what VACUUM wrote to the write-ahead log into the file itself, now
+        self._maintain("PRAGMA auto_vacuum=INCREMENTAL; VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
 
     def _reclaim(self) -> None:
-        """Give the file's free pages back to the file system: the pages a removed record held.
+        """Give the file's free pages back to the file system: the pages a removed record held."""
+        self._maintain("PRAGMA incremental_vacuum;")
 
-        ``executescript`` because only it steps the pragma to the end (``execute`` frees one
-        page); it runs in its own transaction, under the writer lock.
+    def _maintain(self, script: str) -> None:
+        """Run SQL outside any command's transaction, under the writer lock.
+
+        ``executescript`` steps each statement to its end (``execute`` would
+        free one page of an incremental vacuum).
         """
         with self._lock:
             conn = self._connection()
             self._writer_lock(True)
             try:
-                conn.executescript("PRAGMA incremental_vacuum;")
+                conn.executescript(script)
             except sqlite3.Error as exc:
                 raise _store_file_error(self.path, exc) from exc
             finally:

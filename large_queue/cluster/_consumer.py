@@ -273,10 +273,7 @@ class Consumer:
                 )
             metadata = rec.parse_metadata(self.queue.name, found[0])
             if metadata.incarnation != self.queue.incarnation:
-                raise errors.QueueNotFoundError(
-                    f"queue {self.queue.name!r} was deleted and created again since this node opened it",
-                    queue=self.queue.name,
-                )
+                raise self.queue.lock.replaced_error(created_again=True)
             self._queue_head, self._seen_tail = metadata.head, metadata.tail
             found = found[1:]
         elif len(reads) == 1:

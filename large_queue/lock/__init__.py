@@ -163,10 +163,13 @@ class QueueLock:
         One read; called only after a guarded write was refused, to say why.
         """
         record = self.backend.get(self.keys.metadata)
-        found = None if record is None else record.bins.get(INCARNATION)
-        if record is not None and found == self.incarnation:
+        if record is not None and record.bins.get(INCARNATION) == self.incarnation:
             return None
-        again = " and created again" if record is not None else ""
+        return self.replaced_error(created_again=record is not None)
+
+    def replaced_error(self, *, created_again: bool) -> errors.QueueNotFoundError:
+        """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
+        again = " and created again" if created_again else ""
         return errors.QueueNotFoundError(
             f"queue {self.keys.name!r} was deleted{again} since this handle opened it;"
             " nothing was written (open it again)",

@@ -30,6 +30,7 @@ from large_queue.errors import (
     QueueExistsError,
     QueueFullError,
     QueueNotFoundError,
+    ReservationClosedError,
     UnsupportedEntryError,
 )
 from large_queue.fencing import FencingToken
@@ -60,6 +61,7 @@ __all__ = [
     "QueueInfo",
     "QueueNotFoundError",
     "QueueStats",
+    "ReservationClosedError",
     "UnsupportedEntryError",
     "connect",
 ]

@@ -9,6 +9,10 @@ slot ``o % slots_per_record``. A slot is None (empty) or
 live entry from another lap's.
 
 The metadata record carries ``format`` so later versions can migrate.
+Format 3 is a queue whose producers append without the lock
+(:mod:`large_queue.appends`): its empty slots are ``[-1]`` instead of None,
+a published slot may carry a fourth element (the last offset of its batch),
+and a slot closed by a reader is a tombstone ``[offset]``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ from large_queue.backends import RecordKey
 # only format 1 refuses them instead of handing out encoded bytes.
 FORMAT_VERSION = 1
 ENCODED_FORMAT_VERSION = 2
+# Format 3: format 2 whose producers reserve offsets and publish them without the lock.
+RESERVED_FORMAT_VERSION = 3
+FORMATS = (FORMAT_VERSION, ENCODED_FORMAT_VERSION, RESERVED_FORMAT_VERSION)
+#: how producers append: under the queue lock, or by reserving offsets (format 3)
+LOCKED_APPENDS = "lock"
+RESERVED_APPENDS = "reserve"
+#: an empty slot of a format-3 queue: an offset below every offset
+EMPTY_SLOT: list[int] = [-1]
 
 METADATA_KEY = "queue-metadata"
 BUFFER_KEY_PREFIX = "queue-buffer-"
@@ -53,6 +65,9 @@ MAX_ENTRY_BYTES = "max_entry"
 INCARNATION = "incarnation"  # random id of this queue's creation, in metadata and buffer records
 ERASED_BELOW = "erased_below"  # dequeued slots below this offset were erased (where they could be)
 ENCODING = "encoding"
+LOCK_AT = "lock_at"  # format 3: when the lock was taken or renewed, on the store's clock (ms)
+HOLE_MS = "hole_ms"  # format 3: how long a reservation may stay unpublished before readers close it
+PUBLISHED = "published"  # format 3: every offset below it is published or closed (a hint that only grows)
 
 # buffer bins (the fence bins share their names with the metadata counter's)
 SLOTS = "slots"
@@ -162,6 +177,14 @@ class Metadata:
     max_entry_bytes: int
     encoding: str
     incarnation: str | None  # None for a queue made before incarnations were kept
+    appends: str = LOCKED_APPENDS
+    hole_timeout_ms: int = 0  # format 3 only
+    published: int = 0  # format 3 only: offsets below it are settled
+
+    @property
+    def reserved(self) -> bool:
+        """True if producers append by reserving offsets (format 3)."""
+        return self.appends == RESERVED_APPENDS
 
 
 _INTEGER_BINS = (
@@ -192,12 +215,16 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     for name in (LOCK_OWNER, BUFFER_NAMESPACE):
         if not isinstance(bins.get(name), str):
             raise corrupt(f"bin {name!r} is missing or not a string")
-    if bins[FORMAT] not in (FORMAT_VERSION, ENCODED_FORMAT_VERSION):
+    if bins[FORMAT] not in FORMATS:
         raise corrupt(
             f"format version {bins[FORMAT]} is not supported"
-            f" (this library reads {FORMAT_VERSION} and {ENCODED_FORMAT_VERSION})"
+            f" (this library reads {', '.join(map(str, FORMATS))})"
         )
-    encoding = bins.get(ENCODING) if bins[FORMAT] == ENCODED_FORMAT_VERSION else NATIVE
+    encoding = bins.get(ENCODING) if bins[FORMAT] != FORMAT_VERSION else NATIVE
+    reserved = bins[FORMAT] == RESERVED_FORMAT_VERSION
+    for name in (HOLE_MS, PUBLISHED) if reserved else ():
+        if type(bins.get(name)) is not int:
+            raise corrupt(f"bin {name!r} is missing or not an integer")
     if encoding not in ENCODINGS:
         raise corrupt(f"entry encoding {encoding!r} is not supported (known: {', '.join(ENCODINGS)})")
     incarnation = bins.get(INCARNATION)
@@ -225,12 +252,21 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         max_entry_bytes=bins[MAX_ENTRY_BYTES],
         encoding=encoding,
         incarnation=incarnation,
+        appends=RESERVED_APPENDS if reserved else LOCKED_APPENDS,
+        hole_timeout_ms=bins[HOLE_MS] if reserved else 0,
+        published=bins[PUBLISHED] if reserved else 0,
     )
 
 
-def empty_buffer(slots_per_record: int, token: tuple[int, int], incarnation: str | None) -> dict[str, Any]:
-    """The bins of a buffer record with no entries, marked as written by ``token``."""
-    bins: dict[str, Any] = {FENCE_EPOCH: token[0], FENCE_COUNTER: token[1], SLOTS: [None] * slots_per_record}
+def empty_buffer(
+    slots_per_record: int, token: tuple[int, int], incarnation: str | None, *, reserved: bool = False
+) -> dict[str, Any]:
+    """The bins of a buffer record with no entries, marked as written by ``token``.
+
+    ``reserved``: for a format-3 queue, whose empty slots are ``[-1]``.
+    """
+    empty = EMPTY_SLOT if reserved else None
+    bins: dict[str, Any] = {FENCE_EPOCH: token[0], FENCE_COUNTER: token[1], SLOTS: [empty] * slots_per_record}
     if incarnation is not None:
         bins[INCARNATION] = incarnation
     return bins
@@ -243,12 +279,12 @@ def slot_entry(queue: str, record: int, slot: Any, offset: int, encoding: str) -
     """
     if slot is None:
         return None
-    if not isinstance(slot, list) or len(slot) != 3 or type(slot[0]) is not int:
+    if not isinstance(slot, list) or len(slot) not in (1, 3, 4) or type(slot[0]) is not int:
         raise errors.CorruptQueueError(
             f"buffer record {record} of queue {queue!r} holds a malformed slot for offset {offset}",
             queue=queue,
         )
-    if slot[0] != offset:
+    if slot[0] != offset or len(slot) == 1:  # another lap's, or (format 3) empty or closed
         return None
     try:
         return decode_entry(encoding, slot[1]), slot[2]

@@ -29,6 +29,9 @@ class QueueStats:
     outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
     entries_overwritten: int = 0  #: entries found overwritten before they were dequeued (overwrite mode)
+    reservations: int = 0  #: offsets ranges reserved by appends without the lock (format 3)
+    holes_closed: int = 0  #: unpublished reservations this handle closed after the hole timeout
+    reservations_closed: int = 0  #: appends refused because a reader had closed their reservation
     size: int = 0  #: entries in the queue when this handle last held its lock (its backlog, as seen)
 
 

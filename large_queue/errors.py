@@ -90,6 +90,14 @@ class LockLostError(LockError):
     """
 
 
+class ReservationClosedError(QueueError):
+    """An append was not published before readers closed its offsets (or overwriting producers reused them).
+
+    Nothing of the append is visible, and it will never become visible:
+    appending the same entries again is safe.
+    """
+
+
 class OwnershipLostError(QueueError):
     """This node no longer owns the queue: a commit or ack under its old epoch was refused.
 

@@ -20,28 +20,23 @@ erasures it newly makes (a run of slots is one range operation).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from large_queue import _lifecycle, errors
 from large_queue import _records as rec
-from large_queue import errors
-from large_queue._entries import (
-    NATIVE,
-    RECORD_OVERHEAD_BYTES,
-    SLOT_OVERHEAD_BYTES,
-    check_encoding,
-    check_entries,
-    max_entry_bytes,
-)
+from large_queue._entries import NATIVE, check_entries, decode_entry
 from large_queue._frozen import frozen
+from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
+from large_queue.appends import Appender
+from large_queue.appends._prefix import HoleWatch, Settled
+from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
     Backend,
     ListGetRange,
@@ -49,7 +44,6 @@ from large_queue.backends import (
     Operation,
     RecordKey,
     Write,
-    WriteMode,
     connect,
 )
 from large_queue.backends.conditions import Condition
@@ -64,17 +58,8 @@ log = logging.getLogger("large_queue")
 MAX_TXN_ID_CHARS = 128
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
-MIN_ENTRY_BYTES = 16
-MIN_RECORD_SIZE_LIMIT = 8192
-# the default number of slots per record leaves each slot at least this much room
-DEFAULT_MIN_SLOT_BYTES = 1024
-# Buffer records a queue may have. Creating and deleting a queue take one command per
-# buffer record (about 100 s for a million on Aerospike here), and each record holds
-# 64 bytes of Aerospike's primary index in memory on every node.
-MAX_RECORD_COUNT = 1_000_000
-#: a create records its progress every this many buffer records, so that deleting
-#: an interrupted create touches only the records it made
-CREATE_PROGRESS_EVERY = 1000
+#: how new queues append unless told otherwise
+DEFAULT_APPENDS = rec.LOCKED_APPENDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +88,9 @@ class QueueInfo:
     lock_ttl: float
     max_entry_bytes: int
     encoding: str
+    appends: str = rec.LOCKED_APPENDS  #: "reserve" or "lock": how producers append
+    reserved_tail: int = 0  #: the end of the offsets producers have reserved (= tail_offset under the lock)
+    hole_timeout: float | None = None  #: seconds a reader waits on an unpublished reservation ("reserve")
 
 
 def _new_process_id() -> None:
@@ -143,20 +131,6 @@ class _ReleasingOnError:
             log.debug("could not release the lock after an error", exc_info=True)
 
 
-def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:
-    """Keys of the buffer records a queue's metadata says exist (an interrupted create made only some)."""
-    record_count = metadata.get(rec.RECORD_COUNT)
-    buffer_namespace = metadata.get(rec.BUFFER_NAMESPACE, namespace)
-    if type(record_count) is not int or not isinstance(buffer_namespace, str):
-        return
-    created = metadata.get(rec.CREATED)
-    if metadata.get(rec.READY) != 1 and type(created) is int:
-        record_count = min(record_count, created + CREATE_PROGRESS_EVERY)
-    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
-    for index in range(record_count):
-        yield keys.buffer(index)
-
-
 def _txn_id(txn_id: object) -> str:
     if txn_id is None:
         return f"{_process_id}-{next(_txn_counter)}"
@@ -166,12 +140,6 @@ def _txn_id(txn_id: object) -> str:
     if len(text) > MAX_TXN_ID_CHARS:
         raise errors.InvalidArgumentError(f"txn_id is longer than {MAX_TXN_ID_CHARS} characters")
     return text
-
-
-def _positive_int(name: str, value: object) -> int:
-    if type(value) is not int or value < 1:
-        raise errors.InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 class Queue:
@@ -211,6 +179,9 @@ class Queue:
         #: which creation of the queue this handle opened: every command it sends is refused in another
         self.incarnation = metadata.incarnation
         self.counters = Counters()
+        #: producers append by reserving offsets, without the lock (see :mod:`large_queue.appends`)
+        self.reserved = metadata.reserved
+        self.hole_timeout = metadata.hole_timeout_ms / 1000
         self.lock = QueueLock(
             backend,
             self.keys,
@@ -218,7 +189,13 @@ class Queue:
             counter_limit=fence_counter_limit,
             incarnation=metadata.incarnation,
             counters=self.counters,
+            stamped=metadata.reserved,
         )
+        self.holes = HoleWatch(self.hole_timeout)
+        self.appender = Appender(
+            backend, self.keys, self.shape, incarnation=metadata.incarnation or "", counters=self.counters
+        )
+        self.prefix = PrefixReader(backend, self.keys, self.shape, self.appender, self.holes, self.counters)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.keys.metadata_namespace!r}, capacity={self.capacity})"
@@ -244,6 +221,8 @@ class Queue:
         record_size_limit: int | None = None,
         lock_policy: LockPolicy = LockPolicy(),
         encoding: str = NATIVE,
+        appends: str = DEFAULT_APPENDS,
+        hole_timeout: float = 5.0,
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
@@ -259,100 +238,28 @@ class Queue:
         ``encoding`` is how entries are stored: ``"native"`` (store values, any
         entry type) or ``"json"`` (JSON text: JSON's types only; Spark reads
         the text as it is, about 30% faster).
+        ``appends`` is how producers append: ``"reserve"`` (two round trips,
+        no lock: producers do not wait on each other; see
+        :mod:`large_queue.appends`) or ``"lock"`` (three round trips under the
+        queue lock: the reference protocol, readable by earlier versions of
+        this library). ``hole_timeout`` (seconds, ``"reserve"`` only) is how
+        long a reader waits on a reserved offset that is not published (its
+        producer paused or died) before closing it.
         """
         backend = connect(store)
-        rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
-        namespace = rec.check_name(
-            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
+        namespace = _lifecycle.create(
+            backend,
+            name,
+            capacity=capacity,
+            slots_per_record=slots_per_record,
+            namespace=namespace,
+            buffer_namespace=buffer_namespace,
+            lock_ttl=lock_ttl,
+            record_size_limit=record_size_limit,
+            encoding=encoding,
+            appends=appends,
+            hole_timeout=hole_timeout,
         )
-        buffer_namespace = rec.check_name(
-            "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
-        )
-        _positive_int("capacity", capacity)
-        encoding = check_encoding(encoding)
-        if slots_per_record is not None:
-            _positive_int("slots_per_record", slots_per_record)
-        if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
-            raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
-        if record_size_limit is not None and (
-            type(record_size_limit) is not int or record_size_limit < MIN_RECORD_SIZE_LIMIT
-        ):
-            raise errors.InvalidArgumentError(
-                f"record_size_limit must be an int of at least {MIN_RECORD_SIZE_LIMIT} bytes,"
-                f" got {record_size_limit!r}"
-            )
-        store_limit = backend.max_record_bytes(buffer_namespace)
-        if store_limit < MIN_RECORD_SIZE_LIMIT:
-            raise errors.InvalidArgumentError(
-                f"the store's records hold at most {store_limit} bytes in namespace {buffer_namespace!r};"
-                f" a queue needs at least {MIN_RECORD_SIZE_LIMIT}"
-            )
-        if record_size_limit is None:
-            record_size_limit = store_limit
-        elif record_size_limit > store_limit:
-            raise errors.InvalidArgumentError(
-                f"record_size_limit={record_size_limit} is more than the store's records hold in namespace"
-                f" {buffer_namespace!r} ({store_limit} bytes)"
-            )
-        if slots_per_record is None:
-            fitting = (record_size_limit - RECORD_OVERHEAD_BYTES) // (
-                DEFAULT_MIN_SLOT_BYTES + SLOT_OVERHEAD_BYTES
-            )
-            slots_per_record = max(1, min(capacity, 100, fitting))
-        entry_limit = max_entry_bytes(record_size_limit, slots_per_record)
-        if entry_limit < MIN_ENTRY_BYTES:
-            raise errors.InvalidArgumentError(
-                f"slots_per_record={slots_per_record} leaves {entry_limit} bytes per entry in a"
-                f" {record_size_limit}-byte record; use fewer slots per record"
-            )
-        record_count = math.ceil(capacity / slots_per_record)
-        if record_count > MAX_RECORD_COUNT:
-            raise errors.InvalidArgumentError(
-                f"capacity={capacity} needs {record_count:,} buffer records of {slots_per_record} slots;"
-                f" a queue has at most {MAX_RECORD_COUNT:,} (creating and deleting it take a command per"
-                " record, and each holds index memory on every node): use more slots per record or a"
-                " smaller capacity",
-            )
-        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
-        incarnation = os.urandom(8).hex()
-        metadata_bins = {
-            rec.FORMAT: rec.FORMAT_VERSION if encoding == NATIVE else rec.ENCODED_FORMAT_VERSION,
-            rec.READY: 0,
-            rec.CREATED: 0,
-            rec.HEAD: 0,
-            rec.TAIL: 0,
-            rec.LOCK_OWNER: rec.NO_OWNER,
-            rec.LOCK_TTL_MS: max(1, round(lock_ttl * 1000)),
-            rec.FENCE_EPOCH: 0,
-            rec.FENCE_COUNTER: 0,
-            rec.RECORD_COUNT: record_count,
-            rec.SLOTS_PER_RECORD: slots_per_record,
-            rec.BUFFER_NAMESPACE: buffer_namespace,
-            rec.MAX_ENTRY_BYTES: entry_limit,
-            rec.INCARNATION: incarnation,
-        }
-        if encoding != NATIVE:
-            metadata_bins[rec.ENCODING] = encoding
-        # The create-only metadata write claims the name; buffers come next and
-        # the queue becomes usable only when ``ready`` is set, so an interrupted
-        # create is reported as such instead of looking like a broken queue.
-        try:
-            backend.put(keys.metadata, metadata_bins, mode=WriteMode.CREATE_ONLY)
-        except errors.RecordExistsError:
-            raise errors.QueueExistsError(
-                f"queue {name!r} already exists in namespace {namespace!r}", queue=name
-            ) from None
-        empty_buffer = rec.empty_buffer(slots_per_record, (0, 0), incarnation)
-        try:
-            for index in range(record_count):
-                backend.put(keys.buffer(index), empty_buffer)
-                if (index + 1) % CREATE_PROGRESS_EVERY == 0:
-                    backend.put(keys.metadata, {rec.CREATED: index + 1}, mode=WriteMode.UPDATE_ONLY)
-        except BaseException:
-            with contextlib.suppress(errors.LargeQueueError):  # what it can; a later delete does the rest
-                cls.delete(backend, name, namespace=namespace)
-            raise
-        backend.put(keys.metadata, {rec.READY: 1}, mode=WriteMode.UPDATE_ONLY)
         return cls.open(backend, name, namespace=namespace, lock_policy=lock_policy)
 
     @classmethod
@@ -383,18 +290,7 @@ class Queue:
 
     @staticmethod
     def _read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
-        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-        try:
-            record = backend.get(keys.metadata)
-        except errors.CorruptRecordError as exc:
-            raise errors.CorruptQueueError(
-                f"the metadata record of queue {name!r} cannot be read ({exc})", queue=name
-            ) from exc
-        if record is None:
-            raise errors.QueueNotFoundError(
-                f"queue {name!r} does not exist in namespace {namespace!r}", queue=name
-            )
-        return rec.parse_metadata(name, record.bins)
+        return _lifecycle.read_metadata(backend, name, namespace)
 
     @staticmethod
     def names(store: Any, *, namespace: str | None = None) -> list[str]:
@@ -416,33 +312,7 @@ class Queue:
         queue of that name is created again. A queue whose create was
         interrupted is deleted in proportion to the records that create made.
         """
-        backend = connect(store)
-        rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
-        namespace = rec.check_name(
-            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
-        )
-        keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-        try:
-            record = backend.get(keys.metadata)
-        except errors.CorruptRecordError:  # its shape is unreadable: buffers are removed until one is missing
-            backend.remove(keys.metadata)
-            index = 0
-            while backend.remove(keys.buffer(index)):
-                index += 1
-        else:
-            if record is None:
-                return False
-            backend.remove(keys.metadata)
-            for key in _existing_buffers(record.bins, name, namespace):
-                backend.remove(key)
-        nodes = backend.get(keys.nodes)
-        node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
-        for node_id in node_ids if isinstance(node_ids, list) else []:
-            if isinstance(node_id, str):
-                backend.remove(keys.node(node_id))
-        backend.remove(keys.nodes)
-        backend.remove(keys.owner)
-        return True
+        return _lifecycle.delete(connect(store), name, namespace)
 
     # --- producing -------------------------------------------------------------------
 
@@ -450,17 +320,20 @@ class Queue:
         """Append one entry; return its offset.
 
         ``QueueFullError`` if the queue is full, unless ``overwrite_if_full``,
-        which drops the oldest entry instead. Costs 3 round trips.
+        which drops the oldest entry instead. Costs 3 round trips (2 where
+        producers append without the lock).
         """
         return self.enqueue_batch([entry], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
 
     def enqueue_batch(
         self, entries: Iterable[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
     ) -> range:
-        """Append entries under one lock and one commit; return their offsets.
+        """Append entries; return their offsets.
 
         Either all entries are enqueued or none is. Every entry is checked
-        (type and size) before anything is written.
+        (type and size) before anything is written. Costs 2 + buffer records
+        touched round trips under the lock, or 1 + buffer records touched
+        where producers append without it (``appends="reserve"``).
         """
         values = check_entries(entries, self.max_entry_bytes, self.encoding)
         txn = _txn_id(txn_id)
@@ -471,6 +344,11 @@ class Queue:
             )
         if count == 0:
             return range(0)
+        if self.reserved:
+            first = self.appender.reserve(count, overwrite=overwrite_if_full)
+            self.appender.publish(first, values, time.time_ns() // 1_000_000)
+            self.counters.add(enqueue_calls=1, entries_enqueued=count)
+            return range(first, first + count)
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
             grant, new_head, new_tail = self._write_entries(
@@ -520,14 +398,65 @@ class Queue:
         ``overwrite_if_full``) is skipped and logged; the call then goes on
         until it returns at least one entry or finds the queue empty.
         """
-        _positive_int("max_entries", max_entries)
+        positive_int("max_entries", max_entries)
         txn = _txn_id(txn_id)
+        once = self._dequeue_settled if self.reserved else self._dequeue_once
         while True:
-            taken, skipped = self._dequeue_once(max_entries, txn)
-            if taken or not skipped:
+            taken, again = once(max_entries, txn)
+            if taken or not again:
                 return taken
 
-    def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], int]:
+    def _dequeue_settled(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
+        """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
+
+        Stops at the first reserved offset not yet published. If that hole is
+        at the head and has been open past the hole timeout, closes it first.
+        """
+        grant = self.lock.acquire(txn)
+        with self._releasing_on_error(grant):
+            grant, taken, settled = self._read_settled(grant, max_entries)
+            closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
+            self.lock.commit(grant, head=settled.end, published=settled.end, known={"entries": taken})
+        self.holes.forget(settled.end)
+        self.counters.add(
+            dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=settled.overwritten
+        )
+        if settled.overwritten:
+            log.warning(
+                "queue %r: %d entries were overwritten before they were dequeued",
+                self.name,
+                settled.overwritten,
+            )
+        return taken, closed or (not taken and settled.end > grant.head)
+
+    def _read_settled(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], Settled]:
+        """Read up to ``max_entries`` slots from the head under the lock, and settle them."""
+        head = grant.head
+        stop = head + min(max_entries, grant.tail - head)
+        slots: dict[int, Any] = {}
+        for record, runs in self.shape.runs(head, stop).items():
+            first = min(self.shape.slot_of(run.start) for run in runs)
+            last = max(self.shape.slot_of(run[-1]) for run in runs)
+            grant, got = self._buffer_command(
+                grant, record, [], read=ListGetRange(rec.SLOTS, first, last - first + 1)
+            )
+            for run in runs:
+                start = self.shape.slot_of(run.start) - first
+                slots.update(zip(run, got[start : start + len(run)], strict=True))
+        settled = self.prefix.settle(head, stop, slots.__getitem__)
+        return grant, [self._entry(*found) for found in settled.entries], settled
+
+    def _entry(self, offset: int, stored: Any, enqueued_at_ms: int) -> Entry:
+        """The entry of a settled slot, its value decoded as the queue stores it."""
+        if self.encoding == NATIVE:
+            return frozen(Entry, offset=offset, value=stored, enqueued_at_ms=enqueued_at_ms)
+        try:
+            value = decode_entry(self.encoding, stored)
+        except ValueError as exc:
+            raise self.prefix.corrupt(offset, f"no valid entry for offset {offset}: {exc}") from None
+        return frozen(Entry, offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
+
+    def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
         grant = self.lock.acquire(txn)
         with self._releasing_on_error(grant):
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
@@ -535,7 +464,7 @@ class Queue:
         self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
         if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
             log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
-        return taken, skipped
+        return taken, skipped > 0
 
     def _read_entries(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
         """The middle step of a dequeue: read the head entries, one command per record.
@@ -621,12 +550,22 @@ class Queue:
 
         None when ``offset`` is outside [head, tail) or its slot already holds
         another lap's entry. Costs 2 round trips (metadata, then one slot).
+        Where producers append without the lock, None also when ``offset`` is
+        past the published prefix (a reserved offset before it, or it, is not
+        yet published): readers see only the published prefix.
         """
         if type(offset) is not int or offset < 0:
             raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
         metadata = self._current_metadata()
         if not metadata.head <= offset < metadata.tail:
             return None
+        if self.reserved:
+            if offset < metadata.published:  # settled: only its own slot (and its batch's last) matter
+                settled = self.prefix.settle(offset, offset + 1, self.prefix.fetch)
+            else:
+                settled = self.prefix.read(max(metadata.head, metadata.published), offset + 1)
+            found = [self._entry(*item) for item in settled.entries if item[0] == offset]
+            return found[0] if found and settled.end > offset else None
         record = self.shape.record_of(offset)
         slot_index = self.shape.slot_of(offset)
         self.counters.add(commands=1)
@@ -636,27 +575,55 @@ class Queue:
             raise errors.CorruptQueueError(
                 f"buffer record {record} of queue {self.name!r} has no slot {slot_index}", queue=self.name
             )
-        found = rec.slot_entry(self.name, record, slots[0], offset, self.encoding)
-        return None if found is None else Entry(offset=offset, value=found[0], enqueued_at_ms=found[1])
+        found_slot = rec.slot_entry(self.name, record, slots[0], offset, self.encoding)
+        if found_slot is None:
+            return None
+        return Entry(offset=offset, value=found_slot[0], enqueued_at_ms=found_slot[1])
 
     def info(self) -> QueueInfo:
-        """Name, namespaces, shape, head, tail, size and lock holder, as stored now."""
+        """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
+
+        Where producers append without the lock, ``tail_offset`` is the end of
+        the published prefix (what readers see) and ``reserved_tail`` the
+        end of what producers have reserved.
+        """
         metadata = self._current_metadata()
+        tail = self._published_tail(metadata) if self.reserved else metadata.tail
         return QueueInfo(
             name=self.name,
             namespace=self.keys.metadata_namespace,
             buffer_namespace=metadata.buffer_namespace,
             capacity=metadata.shape.capacity,
             head_offset=metadata.head,
-            tail_offset=metadata.tail,
-            size=metadata.tail - metadata.head,
+            tail_offset=tail,
+            size=tail - metadata.head,
             slots_per_record=metadata.shape.slots_per_record,
             record_count=metadata.shape.record_count,
             lock_owner=metadata.lock_owner or None,
             lock_ttl=metadata.lock_ttl_ms / 1000,
             max_entry_bytes=metadata.max_entry_bytes,
             encoding=metadata.encoding,
+            appends=metadata.appends,
+            reserved_tail=metadata.tail,
+            hole_timeout=metadata.hole_timeout_ms / 1000 if self.reserved else None,
         )
+
+    def published_tail(self, *, close_overdue: bool = False) -> tuple[int, int]:
+        """``(head, end of the published prefix)`` now: what a reader may read.
+
+        ``close_overdue``: a reader that waits on the prefix (a streaming
+        reader) closes a hole it has seen open past the hole timeout.
+        """
+        metadata = self._current_metadata()
+        if not self.reserved:
+            return metadata.head, metadata.tail
+        return metadata.head, self._published_tail(metadata, close_overdue=close_overdue)
+
+    def _published_tail(self, metadata: rec.Metadata, *, close_overdue: bool = False) -> int:
+        end, settled = self.prefix.prefix_end(metadata.head, metadata.published, metadata.tail)
+        if close_overdue and settled is not None and self.prefix.close_overdue(settled):
+            end, _ = self.prefix.prefix_end(metadata.head, metadata.published, self._current_metadata().tail)
+        return end
 
     def _current_metadata(self) -> rec.Metadata:
         """The metadata record now; ``QueueNotFoundError`` if the queue is not the one this handle opened."""

@@ -22,6 +22,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from large_queue import errors
 from large_queue.backends._base import (
     Backend,
+    Compute,
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -40,6 +42,8 @@ URL_ENVIRONMENT_VARIABLE = "LARGE_QUEUE_URL"
 __all__ = [
     "URL_ENVIRONMENT_VARIABLE",
     "Backend",
+    "Compute",
+    "Evaluate",
     "Increment",
     "ListGetRange",
     "ListSet",

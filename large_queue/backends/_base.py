@@ -107,8 +107,38 @@ class ReadSinceUpdate:
     bin: str
 
 
-Operation = Read | Write | Increment | ListSet | ListSetRange | ListGetRange | ReadSinceUpdate
-READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate)
+@dataclass(frozen=True)
+class Compute:
+    """Set the bin to the value of ``expression`` (a :mod:`conditions` operand), computed by the store.
+
+    ``values`` binds the expression's :class:`~conditions.Param` operands;
+    operations before it in the same command are already applied. The
+    expression is a template: build it once, as conditions are.
+    """
+
+    bin: str
+    expression: Any
+    values: dict[str, int | str] | None = None
+
+
+@dataclass(frozen=True)
+class Evaluate:
+    """Return, under the name ``bin``, the value of ``expression`` (a :mod:`conditions` operand) now.
+
+    Unlike :class:`Read`, its result is never replaced by a later write to
+    the same bin in the command (Aerospike answers every operation of a
+    command that computes expressions, and a write answers None).
+    """
+
+    bin: str
+    expression: Any
+    values: dict[str, int | str] | None = None
+
+
+Operation = (
+    Read | Write | Increment | ListSet | ListSetRange | ListGetRange | ReadSinceUpdate | Compute | Evaluate
+)
+READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate)
 
 
 class Backend(ABC):

@@ -31,6 +31,8 @@ from large_queue.backends import conditions as c
 from large_queue.backends._base import (
     READ_OPERATIONS,
     Backend,
+    Compute,
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -138,9 +140,22 @@ _OR_OF_TWO = exp.Or(0, 0).compile()
 _NOT_HEAD = exp.Not(0).compile()[0]
 _SINCE_UPDATE = exp.SinceUpdateTime().compile()[0]
 _VALUE = _AND_OF_TWO[1]  # (op, type, {"val": 0}, 0)
+# the server's clock in ms: its last-update time of the record (ns) plus the time since it (ms)
+_NOW_MS = exp.Add(exp.Div(exp.LastUpdateTime(), 1_000_000), exp.SinceUpdateTime()).compile()
+_ARITHMETIC_OF_TWO = {
+    "+": exp.Add(0, 0).compile(),
+    "-": exp.Sub(0, 0).compile(),
+    "max": exp.Max(0, 0).compile(),
+}
+_LIST_INT_HEAD = exp.ListGetByIndex(
+    None, aerospike.LIST_RETURN_VALUE, exp.ResultType.INTEGER, 0, exp.ListBin("x")
+).compile()[0]
+_LIST_LIST_HEAD = exp.ListGetByIndex(
+    None, aerospike.LIST_RETURN_VALUE, exp.ResultType.LIST, 0, exp.ListBin("x")
+).compile()[0]
 
 
-_BIN_LEAVES = {"IntBin": exp.IntBin, "StrBin": exp.StrBin, "BinExists": exp.BinExists}
+_BIN_LEAVES = {"IntBin": exp.IntBin, "StrBin": exp.StrBin, "BinExists": exp.BinExists, "ListBin": exp.ListBin}
 
 
 @functools.cache
@@ -156,15 +171,21 @@ def compile_condition(condition: c.Condition) -> list[tuple[Any, ...]]:
     templates); a bound template then only has its values put in.
     """
     if isinstance(condition, c.Bound):
-        compiled, positions = _compiled(condition.template)
-        bound = list(compiled)
-        for index, name in positions:
-            bound[index] = _value(condition.values[name])
-        return bound
-    compiled, positions = _compiled(condition)
-    if positions:
-        raise TypeError(f"{condition!r} has parameters: bind it (conditions.Bound)")
-    return compiled
+        return compile_expression(condition.template, condition.values)
+    return compile_expression(condition, None)
+
+
+def compile_expression(node: Any, values: dict[str, int | str] | None) -> list[tuple[Any, ...]]:
+    """Compile a condition or operand (a template, built once) with its parameters' ``values``."""
+    compiled, positions = _compiled(node)
+    if not positions:
+        return compiled
+    if values is None:
+        raise TypeError(f"{node!r} has parameters: bind it (conditions.Bound)")
+    bound = list(compiled)
+    for index, name in positions:
+        bound[index] = _value(values[name])
+    return bound
 
 
 # id of a condition -> (the condition, its compiled form with Param placeholders, their positions)
@@ -193,12 +214,26 @@ def _emit(node: Any, out: list[Any]) -> None:
         out.append(_COMPARE_HEADS[node.op])
         _emit(node.left, out)
         _emit(node.right, out)
-    elif isinstance(node, (c.And, c.Or)):
-        head, *_, end = _AND_OF_TWO if isinstance(node, c.And) else _OR_OF_TWO
+    elif isinstance(node, (c.And, c.Or, c.Arith)):
+        if isinstance(node, c.Arith):
+            head, *_, end = _ARITHMETIC_OF_TWO[node.op]
+        else:
+            head, *_, end = _AND_OF_TWO if isinstance(node, c.And) else _OR_OF_TWO
         out.append((head[0], head[1], head[2], head[3] - 2 + len(node.parts)))
         for part in node.parts:
             _emit(part, out)
         out.append(end)
+    elif isinstance(node, c.NowMs):
+        out.extend(_NOW_MS)
+    elif isinstance(node, c.ListInt):
+        if node.inner is not None:  # the int at [inner] of the list at [index]
+            out.append(_LIST_INT_HEAD)
+            out.append(_value(node.inner))
+            out.append(_LIST_LIST_HEAD)
+        else:
+            out.append(_LIST_INT_HEAD)
+        _emit(node.index, out)
+        out.append(_bin_leaf("ListBin", node.name))
     elif isinstance(node, c.Not):
         out.append(_NOT_HEAD)
         _emit(node.part, out)
@@ -229,6 +264,12 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
         "val": op.count,
     },
     ReadSinceUpdate: lambda op: expression_operations.expression_read(op.bin, _READ_SINCE_UPDATE),
+    Evaluate: lambda op: expression_operations.expression_read(
+        op.bin, compile_expression(op.expression, op.values)
+    ),
+    Compute: lambda op: expression_operations.expression_write(
+        op.bin, compile_expression(op.expression, op.values)
+    ),
 }
 
 

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +46,46 @@ class SinceUpdateMs:
 
 
 @dataclass(frozen=True)
+class NowMs:
+    """The store's clock now, in milliseconds since the Unix epoch.
+
+    Only ever compared with other readings of the same store's clock (a
+    value this store wrote), never with a client's clock.
+    """
+
+
+@dataclass(frozen=True)
+class ListInt:
+    """The integer at position ``index`` of a list bin, or at ``inner`` of the list there.
+
+    Unknown if the bin is missing, a position is out of range, or the value there is not an int.
+    """
+
+    name: str
+    index: Any
+    inner: int | None = None
+
+
+@dataclass(frozen=True)
+class Arith:
+    """``+``, ``-`` or ``max`` of integer operands, evaluated by the store."""
+
+    op: str
+    parts: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        if self.op not in _ARITHMETIC:
+            raise ValueError(f"unknown arithmetic operator {self.op!r}")
+
+
+@dataclass(frozen=True)
 class Param:
     """A value given when a template is bound (:class:`Bound`)."""
 
     name: str
 
 
-Operand = IntBin | StrBin | SinceUpdateMs | Param | int | str
+Operand = IntBin | StrBin | SinceUpdateMs | NowMs | ListInt | Arith | Param | int | str
 
 
 @dataclass(frozen=True)
@@ -130,6 +164,21 @@ def gt(left: Operand, right: Operand) -> Compare:
     return Compare(">", left, right)
 
 
+def add(*parts: Operand) -> Arith:
+    """The sum of the parts."""
+    return Arith("+", parts)
+
+
+def sub(left: Operand, right: Operand) -> Arith:
+    """``left - right``."""
+    return Arith("-", (left, right))
+
+
+def max_of(*parts: Operand) -> Arith:
+    """The largest of the parts."""
+    return Arith("max", parts)
+
+
 def all_of(*parts: Condition) -> And:
     """Conjunction of the parts."""
     return And(tuple(parts))
@@ -150,6 +199,13 @@ _COMPARATORS = {
 }
 
 
+_ARITHMETIC: dict[str, Callable[[list[int]], int]] = {
+    "+": sum,
+    "-": lambda values: values[0] - values[1],
+    "max": max,
+}
+
+
 class _Unknown:
     """Aerospike's third truth value: a missing bin or a type mismatch."""
 
@@ -157,41 +213,68 @@ class _Unknown:
 UNKNOWN: Any = _Unknown()
 
 
+@dataclass(frozen=True)
+class Clock:
+    """What a store's clock says for one command: now, and the time since the record was last written."""
+
+    now_ms: int
+    since_update_ms: int
+
+
 def evaluate(
-    condition: Condition, bins: dict[str, Any], since_update_ms: int, params: dict[str, Any] | None = None
+    condition: Condition, bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None = None
 ) -> Any:
     """Evaluate ``condition`` on a record; returns True, False or ``UNKNOWN``."""
     if isinstance(condition, Compare):
-        left = _operand(condition.left, bins, since_update_ms, params)
-        right = _operand(condition.right, bins, since_update_ms, params)
+        left = value_of(condition.left, bins, clock, params)
+        right = value_of(condition.right, bins, clock, params)
         if left is UNKNOWN or right is UNKNOWN or type(left) is not type(right):
             return UNKNOWN
         return _COMPARATORS[condition.op](left, right)
     if isinstance(condition, Bound):
-        return evaluate(condition.template, bins, since_update_ms, condition.values)
+        return evaluate(condition.template, bins, clock, condition.values)
     if isinstance(condition, BinExists):
         return condition.name in bins
     if isinstance(condition, Not):
-        inner = evaluate(condition.part, bins, since_update_ms, params)
+        inner = evaluate(condition.part, bins, clock, params)
         return inner if inner is UNKNOWN else not inner
     if isinstance(condition, And):
-        results = [evaluate(p, bins, since_update_ms, params) for p in condition.parts]
+        results = [evaluate(p, bins, clock, params) for p in condition.parts]
         if any(r is False for r in results):
             return False
         return UNKNOWN if any(r is UNKNOWN for r in results) else True
     if isinstance(condition, Or):
-        results = [evaluate(p, bins, since_update_ms, params) for p in condition.parts]
+        results = [evaluate(p, bins, clock, params) for p in condition.parts]
         if any(r is True for r in results):
             return True
         return UNKNOWN if any(r is UNKNOWN for r in results) else False
     raise TypeError(f"not a condition: {condition!r}")
 
 
-def _operand(
-    operand: Operand, bins: dict[str, Any], since_update_ms: int, params: dict[str, Any] | None
+def value_of(
+    operand: Operand, bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None = None
 ) -> Any:
+    """The value of an operand on a record (``UNKNOWN`` where Aerospike's would be unknown)."""
     if isinstance(operand, SinceUpdateMs):
-        return since_update_ms
+        return clock.since_update_ms
+    if isinstance(operand, NowMs):
+        return clock.now_ms
+    if isinstance(operand, ListInt):
+        items = bins.get(operand.name)
+        index = value_of(operand.index, bins, clock, params)
+        if type(items) is not list or type(index) is not int or not 0 <= index < len(items):
+            return UNKNOWN
+        item = items[index]
+        if operand.inner is not None:
+            if type(item) is not list or not 0 <= operand.inner < len(item):
+                return UNKNOWN
+            item = item[operand.inner]
+        return item if type(item) is int else UNKNOWN
+    if isinstance(operand, Arith):
+        values = [value_of(part, bins, clock, params) for part in operand.parts]
+        if any(type(value) is not int for value in values):
+            return UNKNOWN
+        return _ARITHMETIC[operand.op](values)
     if isinstance(operand, IntBin):
         value = bins.get(operand.name, UNKNOWN)
         return value if type(value) is int else UNKNOWN

@@ -39,6 +39,8 @@ from large_queue.backends._base import (
     MAX_BIN_NAME_BYTES,
     READ_OPERATIONS,
     Backend,
+    Compute,
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -51,7 +53,7 @@ from large_queue.backends._base import (
     Write,
     WriteMode,
 )
-from large_queue.backends.conditions import Condition, evaluate
+from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
 MAX_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
@@ -305,6 +307,11 @@ class EmbeddedBackend(Backend):
             (key.namespace, key.set_name, key.user_key, generation, self.clock(), expires_ns, blob),
         )
 
+    def _clock_for(self, updated_ns: int, now_ns: int | None = None) -> Clock:
+        """The store's clock for a command on a record last written at ``updated_ns``."""
+        now = self.clock() if now_ns is None else now_ns
+        return Clock(now_ms=now // 1_000_000, since_update_ms=(now - updated_ns) // 1_000_000)
+
     def _transaction(self, write: bool) -> _Transaction:
         return _Transaction(self, write)
 
@@ -412,13 +419,13 @@ class EmbeddedBackend(Backend):
                     errors.GenerationMismatchError,
                     f"record {key.set_name}/{key.user_key} is not at generation {generation}",
                 )
-            since_update_ms = (self.clock() - updated_ns) // 1_000_000
-            if condition is not None and evaluate(condition, bins, since_update_ms) is not True:
+            clock = self._clock_for(updated_ns)
+            if condition is not None and evaluate(condition, bins, clock) is not True:
                 raise _fail(
                     errors.ConditionNotMetError,
                     f"condition not met on record {key.set_name}/{key.user_key}",
                 )
-            results = _apply(key, bins, operations, since_update_ms)
+            results = _apply(key, bins, operations, clock)
             if writes:
                 transaction.become_writer()
                 try:
@@ -519,7 +526,7 @@ class EmbeddedBackend(Backend):
                     results.append(None if loaded is None else loaded[0])
                 else:
                     bins, _, updated_ns = loaded
-                    results.append(_apply(key, bins, operations, (now - updated_ns) // 1_000_000))
+                    results.append(_apply(key, bins, operations, self._clock_for(updated_ns, now)))
         return results
 
 
@@ -584,7 +591,7 @@ class _Transaction:
 
 
 def _apply(
-    key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation], since_update_ms: int
+    key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation], clock: Clock
 ) -> dict[str, Any]:
     """Apply operations in order to ``bins`` (in place); return what the reads saw."""
     results: dict[str, Any] = {}
@@ -622,7 +629,18 @@ def _apply(
             target = _list_bin(key, bins, op.bin)
             results[op.bin] = target[op.index : op.index + op.count]
         elif isinstance(op, ReadSinceUpdate):
-            results[op.bin] = since_update_ms
+            results[op.bin] = clock.since_update_ms
+        elif isinstance(op, Evaluate):
+            value = value_of(op.expression, bins, clock, op.values)
+            if value is not UNKNOWN:
+                results[op.bin] = value
+        elif isinstance(op, Compute):
+            value = value_of(op.expression, bins, clock, op.values)
+            if type(value) is not int:  # Aerospike fails the command when an expression write is unknown
+                raise _fail(
+                    errors.BinTypeError, f"expression for bin {op.bin!r} of {key.user_key} is unknown"
+                )
+            bins[op.bin] = value
         else:
             raise TypeError(f"unknown operation {op!r}")
     return results

@@ -23,6 +23,15 @@ The failure story, as a timeline (lock TTL 2 s)::
 A holder that needs longer than the TTL calls :meth:`QueueLock.renew`, which
 rewrites the record (restarting the server-side clock) only while it still
 holds the lock.
+
+In a queue whose producers append without the lock (format 3,
+:mod:`large_queue.appends`), every reservation writes the metadata record, so
+"time since the last write" says nothing about the holder. There the acquire
+and every renewal store the store's own clock in ``lock_at`` (computed by the
+store, in the same command), and the lock has expired when the store's clock
+is more than the TTL past it: still one clock, the store's. Head is written
+as the larger of the stored head and the holder's, because an overwriting
+producer may have moved it meanwhile.
 """
 
 from __future__ import annotations
@@ -43,18 +52,21 @@ from large_queue._records import (
     FENCE_EPOCH,
     HEAD,
     INCARNATION,
+    LOCK_AT,
     LOCK_OWNER,
     LOCK_TTL_MS,
     NO_OWNER,
+    PUBLISHED,
     TAIL,
     QueueKeys,
 )
 from large_queue._stats import Counters
-from large_queue.backends import Backend, Increment, Operation, Read, Write
+from large_queue.backends import Backend, Compute, Evaluate, Increment, Operation, Read, Write
 from large_queue.backends.conditions import (
     Bound,
     Condition,
     IntBin,
+    NowMs,
     Param,
     SinceUpdateMs,
     StrBin,
@@ -62,6 +74,8 @@ from large_queue.backends.conditions import (
     any_of,
     eq,
     gt,
+    max_of,
+    sub,
 )
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, FencingToken
 
@@ -108,6 +122,15 @@ _TAKE_AND_READ = (
 )
 #: the lock has no owner, or its owner has been silent longer than the TTL
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
+#: ... where producers write the record without the lock: its holder last said so too long ago
+_FREE_OR_EXPIRED_AT = any_of(
+    eq(StrBin(LOCK_OWNER), NO_OWNER), gt(sub(NowMs(), IntBin(LOCK_AT)), IntBin(LOCK_TTL_MS))
+)
+_STAMP = Compute(LOCK_AT, NowMs())
+#: the result name under which an acquire reads the owner it replaces
+_PREVIOUS_OWNER = "prev_owner"
+_HEAD_AT_LEAST = max_of(IntBin(HEAD), Param("head"))
+_PUBLISHED_AT_LEAST = max_of(IntBin(PUBLISHED), Param("published"))
 
 
 _HELD_BY = all_of(
@@ -135,6 +158,7 @@ class QueueLock:
         counter_limit: int = DEFAULT_COUNTER_LIMIT,
         incarnation: str | None = None,
         counters: Counters | None = None,
+        stamped: bool = False,
     ) -> None:
         self.backend = backend
         #: where the lock's commands, waits, breaks and losses are counted
@@ -144,6 +168,10 @@ class QueueLock:
         self.counter_limit = counter_limit
         #: the queue this lock belongs to, as opened: commits are refused in a queue re-created since
         self.incarnation = incarnation
+        #: expiry judged from ``lock_at`` (queues whose producers write the record without the lock)
+        self.stamped = stamped
+        self._free_or_expired = _FREE_OR_EXPIRED_AT if stamped else _FREE_OR_EXPIRED
+        self._stamp: list[Operation] = [_STAMP] if stamped else []
 
     @staticmethod
     def held_by(grant: LockGrant, incarnation: str | None = None) -> Condition:
@@ -183,11 +211,12 @@ class QueueLock:
             state = self.backend.operate(
                 self.keys.metadata,
                 [
-                    Read(LOCK_OWNER),
+                    Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER)),
                     Write(LOCK_OWNER, txn_id),
+                    *self._stamp,
                     *_TAKE_AND_READ,
-                ],  # the owner read is the one before
-                condition=_FREE_OR_EXPIRED,
+                ],  # the owner evaluated is the one replaced
+                condition=self._free_or_expired,
             )
         except errors.ConditionNotMetError:
             self.counters.add(lock_waits=1)
@@ -207,9 +236,12 @@ class QueueLock:
             head=state[HEAD],
             tail=state[TAIL],
             acquired_at=time.monotonic(),
-            erased_below=state.get(ERASED_BELOW, 0),
+            erased_below=state.get(ERASED_BELOW) or 0,
         )
-        broken = state.get(LOCK_OWNER, NO_OWNER) not in (NO_OWNER, txn_id)  # held, but silent past the TTL
+        broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
+            NO_OWNER,
+            txn_id,
+        )  # held, but silent past the TTL
         self.counters.add(size=grant.tail - grant.head, locks_broken=int(broken))
         if grant.token.counter >= self.counter_limit:
             grant = self._start_epoch(grant)
@@ -324,7 +356,7 @@ class QueueLock:
 
     def renew(self, grant: LockGrant) -> LockGrant:
         """Restart the lock's expiry clock; ``LockLostError`` if it is no longer held."""
-        self._guarded(grant, [Write(LOCK_OWNER, grant.txn_id)], "renewing the lock")
+        self._guarded(grant, [Write(LOCK_OWNER, grant.txn_id), *self._stamp], "renewing the lock")
         return dataclasses.replace(grant, acquired_at=time.monotonic())
 
     def commit(
@@ -334,17 +366,24 @@ class QueueLock:
         head: int | None = None,
         tail: int | None = None,
         erased_below: int | None = None,
+        published: int | None = None,
         known: dict[str, Any] | None = None,
     ) -> None:
         """Publish new head/tail and release, in one write, only if still held.
 
-        ``erased_below`` records how far dequeued slots have been erased.
+        ``erased_below`` records how far dequeued slots have been erased;
+        ``published`` how far the holder found every offset settled (format 3).
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
         cannot be told (what the operation would have changed).
         """
         operations: list[Operation] = [Write(LOCK_OWNER, NO_OWNER)]
         if head is not None and head != grant.head:
-            operations.append(Write(HEAD, head))
+            # an overwriting producer may have moved the head past ours meanwhile (format 3)
+            operations.append(
+                Compute(HEAD, _HEAD_AT_LEAST, {"head": head}) if self.stamped else Write(HEAD, head)
+            )
+        if published is not None and self.stamped:
+            operations.append(Compute(PUBLISHED, _PUBLISHED_AT_LEAST, {"published": published}))
         if tail is not None and tail != grant.tail:
             operations.append(Write(TAIL, tail))
         if erased_below is not None and erased_below != grant.erased_below:

@@ -1,0 +1,228 @@
+"""Creating, opening and deleting queues: the records a queue is made of, written and removed in order.
+
+A create claims the name with a create-only metadata record (``ready`` 0),
+writes the buffer records (noting its progress every
+:data:`CREATE_PROGRESS_EVERY`), and only then sets ``ready``: an interrupted
+create is reported as such and deleted in proportion to what it made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue._entries import (
+    NATIVE,
+    RECORD_OVERHEAD_BYTES,
+    SLOT_OVERHEAD_BYTES,
+    check_encoding,
+    max_entry_bytes,
+)
+from large_queue.backends import Backend, RecordKey, WriteMode
+
+MIN_ENTRY_BYTES = 16
+MIN_RECORD_SIZE_LIMIT = 8192
+# the default number of slots per record leaves each slot at least this much room
+DEFAULT_MIN_SLOT_BYTES = 1024
+# Buffer records a queue may have. Creating and deleting a queue take one command per
+# buffer record (about 100 s for a million on Aerospike here), and each record holds
+# 64 bytes of Aerospike's primary index in memory on every node.
+MAX_RECORD_COUNT = 1_000_000
+#: a create records its progress every this many buffer records, so that deleting
+#: an interrupted create touches only the records it made
+CREATE_PROGRESS_EVERY = 1000
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` if it is a positive int, else ``InvalidArgumentError`` naming ``name``."""
+    if type(value) is not int or value < 1:
+        raise errors.InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def create(
+    backend: Backend,
+    name: str,
+    *,
+    capacity: int,
+    slots_per_record: int | None,
+    namespace: str | None,
+    buffer_namespace: str | None,
+    lock_ttl: float,
+    record_size_limit: int | None,
+    encoding: str,
+    appends: str,
+    hole_timeout: float,
+) -> str:
+    """Check the options, then write a new queue's records; returns its namespace.
+
+    See ``Queue.create`` for the options; ``QueueExistsError`` if the name is taken.
+    """
+    rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+    namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+    buffer_namespace = rec.check_name(
+        "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
+    )
+    positive_int("capacity", capacity)
+    encoding = check_encoding(encoding)
+    if slots_per_record is not None:
+        positive_int("slots_per_record", slots_per_record)
+    if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
+        raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
+    if appends not in (rec.LOCKED_APPENDS, rec.RESERVED_APPENDS):
+        raise errors.InvalidArgumentError(
+            f"appends must be {rec.RESERVED_APPENDS!r} or {rec.LOCKED_APPENDS!r}, got {appends!r}"
+        )
+    if type(hole_timeout) not in (int, float) or not 0.001 <= hole_timeout <= 86400:
+        raise errors.InvalidArgumentError(
+            f"hole_timeout must be 0.001 to 86400 seconds, got {hole_timeout!r}"
+        )
+    if record_size_limit is not None and (
+        type(record_size_limit) is not int or record_size_limit < MIN_RECORD_SIZE_LIMIT
+    ):
+        raise errors.InvalidArgumentError(
+            f"record_size_limit must be an int of at least {MIN_RECORD_SIZE_LIMIT} bytes,"
+            f" got {record_size_limit!r}"
+        )
+    store_limit = backend.max_record_bytes(buffer_namespace)
+    if store_limit < MIN_RECORD_SIZE_LIMIT:
+        raise errors.InvalidArgumentError(
+            f"the store's records hold at most {store_limit} bytes in namespace {buffer_namespace!r};"
+            f" a queue needs at least {MIN_RECORD_SIZE_LIMIT}"
+        )
+    if record_size_limit is None:
+        record_size_limit = store_limit
+    elif record_size_limit > store_limit:
+        raise errors.InvalidArgumentError(
+            f"record_size_limit={record_size_limit} is more than the store's records hold in namespace"
+            f" {buffer_namespace!r} ({store_limit} bytes)"
+        )
+    if slots_per_record is None:
+        fitting = (record_size_limit - RECORD_OVERHEAD_BYTES) // (
+            DEFAULT_MIN_SLOT_BYTES + SLOT_OVERHEAD_BYTES
+        )
+        slots_per_record = max(1, min(capacity, 100, fitting))
+    entry_limit = max_entry_bytes(record_size_limit, slots_per_record)
+    if entry_limit < MIN_ENTRY_BYTES:
+        raise errors.InvalidArgumentError(
+            f"slots_per_record={slots_per_record} leaves {entry_limit} bytes per entry in a"
+            f" {record_size_limit}-byte record; use fewer slots per record"
+        )
+    record_count = math.ceil(capacity / slots_per_record)
+    if record_count > MAX_RECORD_COUNT:
+        raise errors.InvalidArgumentError(
+            f"capacity={capacity} needs {record_count:,} buffer records of {slots_per_record} slots;"
+            f" a queue has at most {MAX_RECORD_COUNT:,} (creating and deleting it take a command per"
+            " record, and each holds index memory on every node): use more slots per record or a"
+            " smaller capacity",
+        )
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+    incarnation = os.urandom(8).hex()
+    metadata_bins = {
+        rec.FORMAT: rec.FORMAT_VERSION if encoding == NATIVE else rec.ENCODED_FORMAT_VERSION,
+        rec.READY: 0,
+        rec.CREATED: 0,
+        rec.HEAD: 0,
+        rec.TAIL: 0,
+        rec.LOCK_OWNER: rec.NO_OWNER,
+        rec.LOCK_TTL_MS: max(1, round(lock_ttl * 1000)),
+        rec.FENCE_EPOCH: 0,
+        rec.FENCE_COUNTER: 0,
+        rec.RECORD_COUNT: record_count,
+        rec.SLOTS_PER_RECORD: slots_per_record,
+        rec.BUFFER_NAMESPACE: buffer_namespace,
+        rec.MAX_ENTRY_BYTES: entry_limit,
+        rec.INCARNATION: incarnation,
+    }
+    reserved = appends == rec.RESERVED_APPENDS
+    if reserved:
+        metadata_bins[rec.FORMAT] = rec.RESERVED_FORMAT_VERSION
+        metadata_bins[rec.HOLE_MS] = max(1, round(hole_timeout * 1000))
+        metadata_bins[rec.PUBLISHED] = 0
+        metadata_bins[rec.LOCK_AT] = 0
+    if encoding != NATIVE or reserved:
+        metadata_bins[rec.ENCODING] = encoding
+    # The create-only metadata write claims the name; buffers come next and
+    # the queue becomes usable only when ``ready`` is set, so an interrupted
+    # create is reported as such instead of looking like a broken queue.
+    try:
+        backend.put(keys.metadata, metadata_bins, mode=WriteMode.CREATE_ONLY)
+    except errors.RecordExistsError:
+        raise errors.QueueExistsError(
+            f"queue {name!r} already exists in namespace {namespace!r}", queue=name
+        ) from None
+    empty_buffer = rec.empty_buffer(slots_per_record, (0, 0), incarnation, reserved=reserved)
+    try:
+        for index in range(record_count):
+            backend.put(keys.buffer(index), empty_buffer)
+            if (index + 1) % CREATE_PROGRESS_EVERY == 0:
+                backend.put(keys.metadata, {rec.CREATED: index + 1}, mode=WriteMode.UPDATE_ONLY)
+    except BaseException:
+        with contextlib.suppress(errors.LargeQueueError):  # what it can; a later delete does the rest
+            delete(backend, name, namespace)
+        raise
+    backend.put(keys.metadata, {rec.READY: 1}, mode=WriteMode.UPDATE_ONLY)
+    return namespace
+
+
+def read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
+    """The queue's metadata record, validated; ``QueueNotFoundError`` if there is none."""
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
+    try:
+        record = backend.get(keys.metadata)
+    except errors.CorruptRecordError as exc:
+        raise errors.CorruptQueueError(
+            f"the metadata record of queue {name!r} cannot be read ({exc})", queue=name
+        ) from exc
+    if record is None:
+        raise errors.QueueNotFoundError(
+            f"queue {name!r} does not exist in namespace {namespace!r}", queue=name
+        )
+    return rec.parse_metadata(name, record.bins)
+
+
+def delete(backend: Backend, name: str, namespace: str | None) -> bool:
+    """Delete a queue's records (see ``Queue.delete``); False if it did not exist."""
+    rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+    namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
+    try:
+        record = backend.get(keys.metadata)
+    except errors.CorruptRecordError:  # its shape is unreadable: buffers are removed until one is missing
+        backend.remove(keys.metadata)
+        index = 0
+        while backend.remove(keys.buffer(index)):
+            index += 1
+    else:
+        if record is None:
+            return False
+        backend.remove(keys.metadata)
+        for key in _existing_buffers(record.bins, name, namespace):
+            backend.remove(key)
+    nodes = backend.get(keys.nodes)
+    node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
+    for node_id in node_ids if isinstance(node_ids, list) else []:
+        if isinstance(node_id, str):
+            backend.remove(keys.node(node_id))
+    backend.remove(keys.nodes)
+    backend.remove(keys.owner)
+    return True
+
+
+def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:
+    """Keys of the buffer records a queue's metadata says exist (an interrupted create made only some)."""
+    record_count = metadata.get(rec.RECORD_COUNT)
+    buffer_namespace = metadata.get(rec.BUFFER_NAMESPACE, namespace)
+    if type(record_count) is not int or not isinstance(buffer_namespace, str):
+        return
+    created = metadata.get(rec.CREATED)
+    if metadata.get(rec.READY) != 1 and type(created) is int:
+        record_count = min(record_count, created + CREATE_PROGRESS_EVERY)
+    keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=buffer_namespace)
+    for index in range(record_count):
+        yield keys.buffer(index)

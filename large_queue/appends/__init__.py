@@ -1,0 +1,310 @@
+"""Appends without the queue lock: reserve offsets in one command, publish them in another.
+
+In a queue created with ``appends="reserve"`` (format 3) a producer never
+takes the lock. An append of ``n`` entries is:
+
+1. **Reserve**: one command on the metadata record adds ``n`` to the tail,
+   refused (nothing reserved) unless ``n`` slots are free. With
+   ``overwrite_if_full`` it moves the head past the oldest entries instead, in
+   the same command, computed by the store.
+2. **Publish**: one command per buffer record writes the entries into their
+   slots, each guarded on the store by the slot itself: slot ``i`` accepts
+   offset ``o`` only while it holds an older offset (another lap's entry, or
+   the empty slot ``[-1]``). The offset is the fencing token: no lock, no
+   counter. A batch spanning records marks each slot with the batch's last
+   offset ``e`` and publishes the record holding ``e`` last; its entries are
+   visible only once ``e`` is published, so a reader sees all of it or none.
+
+Readers see only the published prefix (:mod:`large_queue.appends._prefix`):
+up to the first reserved offset that is neither published nor closed. A
+reservation left unpublished past the queue's hole timeout (measured by the
+waiting reader on its own clock, from when it first saw the hole) is
+*closed*: a guarded write puts a tombstone ``[o]`` in the slot, which no
+publish of ``o`` can pass; for a spanning batch the tombstone goes on ``e``.
+
+The failure story, as a timeline (hole timeout 5 s)::
+
+    t=0.0  P reserves 1 entry: tail 40 -> 41; its offset is 40.
+    t=0.0  Q reserves 1 entry: offset 41, publishes it at once.
+    t=0.1  P pauses (GC, SIGSTOP) before publishing 40.
+    t=0.2  A dequeuer reads 40 (still [-1] from an older lap: a hole) and 41
+           (published). The prefix ends at 40: it delivers nothing, notes the
+           hole, and later calls find it still open.
+    t=5.2  The hole has been open 5 s on the dequeuer's clock: it writes the
+           tombstone [40], guarded by "slot holds an offset below 40". The
+           prefix moves on: 41 is delivered.
+    t=9.0  P resumes and publishes 40: the slot holds [40], not below 40,
+           so the store refuses it. P reads the slot, finds the tombstone
+           and raises ReservationClosedError: nothing of it is visible,
+           and retrying the append is safe (it takes a new offset).
+
+If P had published at t=5.1, the tombstone's guard would have failed
+instead, and the dequeuer would have delivered 40 then 41. A publish that
+times out is sent again: once applied, the repeat is refused by its own
+slot, and reading the slot tells the two apart. A reservation that timed
+out in doubt is simply reserved again: if the first one was applied, it is a
+hole that readers close, and nothing of it is ever visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue._stats import Counters
+from large_queue.backends import (
+    Backend,
+    Compute,
+    Increment,
+    ListGetRange,
+    ListSetRange,
+    Operation,
+    Read,
+    Write,
+)
+from large_queue.backends.conditions import (
+    And,
+    Bound,
+    Condition,
+    IntBin,
+    ListInt,
+    Param,
+    StrBin,
+    all_of,
+    eq,
+    le,
+    lt,
+    max_of,
+    sub,
+)
+
+#: tries of a reserve or publish that times out
+ATTEMPTS = 3
+
+_SAME_QUEUE = eq(StrBin(rec.INCARNATION), Param("incarnation"))
+#: at least ``count`` slots are free: tail - head <= capacity - count
+_ROOM = all_of(_SAME_QUEUE, le(sub(IntBin(rec.TAIL), IntBin(rec.HEAD)), Param("room")))
+#: after the tail moved: the head, moved past what the new tail pushes out of the buffer
+_PAST_OLDEST = max_of(IntBin(rec.HEAD), sub(IntBin(rec.TAIL), Param("capacity")))
+
+
+@functools.lru_cache(maxsize=256)
+def _slots_below(count: int) -> And:
+    """Template: the queue is the one opened, and slot ``i<k>`` holds an offset below ``o<k>``, for each k."""
+    return all_of(
+        _SAME_QUEUE,
+        *(lt(ListInt(rec.SLOTS, Param(f"i{k}"), 0), Param(f"o{k}")) for k in range(count)),
+    )
+
+
+def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition:
+    """Guard: each ``(slot index, offset)`` pair's slot holds an offset below it (another lap's, or none)."""
+    values: dict[str, int | str] = {"incarnation": incarnation}
+    for k, (index, offset) in enumerate(slots):
+        values[f"i{k}"] = index
+        values[f"o{k}"] = offset
+    return Bound(_slots_below(len(slots)), values)
+
+
+def tombstone(offset: int) -> list[int]:
+    """The slot of a closed reservation: nothing of ``offset`` may be published there."""
+    return [offset]
+
+
+class Appender:
+    """Reserve and publish for one queue handle (see the module's timeline)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        keys: rec.QueueKeys,
+        shape: rec.QueueShape,
+        *,
+        incarnation: str,
+        counters: Counters,
+    ) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.shape = shape
+        self.incarnation = incarnation
+        self.counters = counters
+
+    # --- reserve ------------------------------------------------------------------------
+
+    def reserve(self, count: int, *, overwrite: bool) -> int:
+        """Take the next ``count`` offsets; return the first. One command.
+
+        ``QueueFullError`` (nothing reserved) when fewer than ``count`` slots
+        are free and not ``overwrite``.
+        """
+        capacity = self.shape.capacity
+        operations: list[Operation] = [Increment(rec.TAIL, count)]
+        if overwrite:
+            operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": capacity}))
+            guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
+        else:
+            guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
+        operations.append(Read(rec.TAIL))
+        for attempt in range(1, ATTEMPTS + 1):
+            self.counters.add(commands=1)
+            try:
+                result = self.backend.operate(self.keys.metadata, operations, condition=guard)
+            except errors.BackendTimeoutError:
+                # Applied or not, repeating is safe: an applied reservation that
+                # nobody publishes is a hole that readers close.
+                if attempt == ATTEMPTS:
+                    raise
+                self.counters.add(timeouts_repeated=1)
+                continue
+            except errors.ConditionNotMetError:
+                raise self._refusal(count) from None
+            except errors.RecordNotFoundError:
+                raise self._replaced(created_again=False) from None
+            self.counters.add(reservations=1)
+            tail: int = result[rec.TAIL]
+            return tail - count
+        raise AssertionError("ATTEMPTS must be positive")
+
+    def _refusal(self, count: int) -> errors.LargeQueueError:
+        """Why a reservation was refused: the queue is full, or it is not the queue opened."""
+        self.counters.add(commands=1)
+        record = self.backend.get(self.keys.metadata)
+        if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
+            return self._replaced(created_again=record is not None)
+        used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
+        return errors.QueueFullError(
+            f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"
+            f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",
+            queue=self.keys.name,
+        )
+
+    def _replaced(self, *, created_again: bool) -> errors.QueueNotFoundError:
+        again = " and created again" if created_again else ""
+        return errors.QueueNotFoundError(
+            f"queue {self.keys.name!r} was deleted{again} since this handle opened it;"
+            " nothing was written (open it again)",
+            queue=self.keys.name,
+        )
+
+    # --- publish ------------------------------------------------------------------------
+
+    def publish(self, first: int, values: Sequence[Any], now_ms: int) -> None:
+        """Write ``values`` into the slots reserved from ``first``: one command per buffer record.
+
+        ``ReservationClosedError`` if a reader closed the reservation first
+        (nothing of it is then visible).
+        """
+        last = first + len(values) - 1
+        runs = self.shape.runs(first, last + 1)
+        spanning = len(runs) > 1
+        last_record = self.shape.record_of(last)
+        order = [record for record in runs if record != last_record] + [last_record]
+        for record in order:
+            slots: list[tuple[int, int]] = []
+            writes: list[Operation] = []
+            for run in runs[record]:
+                if spanning:
+                    content = [[o, values[o - first], now_ms, last] for o in run]
+                else:
+                    content = [[o, values[o - first], now_ms] for o in run]
+                start = self.shape.slot_of(run.start)
+                slots.extend((start + k, o) for k, o in enumerate(run))
+                if start == 0 and len(run) == self.shape.slots_per_record:
+                    writes.append(Write(rec.SLOTS, content))
+                else:
+                    writes.append(ListSetRange(rec.SLOTS, start, content))
+            try:
+                self._put_slots(record, writes, slots, published=True)
+            except errors.ReservationClosedError:
+                if spanning and record != last_record:
+                    self._close_batch(last)  # settle it now: nothing of it may ever be visible
+                raise
+
+    def _close_batch(self, last: int) -> None:
+        """Tombstone a spanning batch's last slot (unless a reader did), so that none of it shows."""
+        with contextlib.suppress(errors.LargeQueueError):  # else the reader that waits on it closes it
+            self.close(last, last + 1)
+
+    def close(self, start: int, stop: int) -> None:
+        """Tombstone the unpublished offsets ``[start, stop)`` (one buffer record): one command.
+
+        ``ReservationClosedError`` is not raised here; a refusal (a publish
+        got there first) raises ``ConditionNotMetError`` for the reader to
+        read again.
+        """
+        run = range(start, stop)
+        first_slot = self.shape.slot_of(start)
+        slots = [(first_slot + k, o) for k, o in enumerate(run)]
+        writes: list[Operation] = [ListSetRange(rec.SLOTS, first_slot, [tombstone(o) for o in run])]
+        self._put_slots(self.shape.record_of(start), writes, slots, published=False)
+        self.counters.add(holes_closed=1)
+
+    def _put_slots(
+        self, record: int, writes: list[Operation], slots: list[tuple[int, int]], *, published: bool
+    ) -> None:
+        """One guarded slot write, sent again if it times out; refusals are explained by reading the slots."""
+        key = self.keys.buffer(record)
+        guard = slots_below(self.incarnation, slots)
+        timed_out = False
+        for attempt in range(1, ATTEMPTS + 1):
+            self.counters.add(commands=1)
+            try:
+                self.backend.operate(key, writes, condition=guard)
+                return
+            except errors.BackendTimeoutError:
+                if attempt == ATTEMPTS:
+                    raise
+                timed_out = True
+                self.counters.add(timeouts_repeated=1)
+            except errors.ConditionNotMetError:
+                if not published:
+                    raise
+                if timed_out and self._holds_entries(record, slots):
+                    return  # the timed-out attempt was applied
+                raise self._closed(record, slots) from None
+            except errors.RecordNotFoundError:
+                raise self._replaced(created_again=False) from None
+
+    def _read_slots(self, record: int, slots: list[tuple[int, int]]) -> list[Any]:
+        first = slots[0][0]
+        self.counters.add(commands=1)
+        found = self.backend.operate(
+            self.keys.buffer(record), [Read(rec.INCARNATION), ListGetRange(rec.SLOTS, first, len(slots))]
+        )
+        if found.get(rec.INCARNATION) != self.incarnation:
+            raise self._replaced(created_again=True)
+        got: list[Any] = found.get(rec.SLOTS, [])
+        return got
+
+    def _holds_entries(self, record: int, slots: list[tuple[int, int]]) -> bool:
+        got = self._read_slots(record, slots)
+        return all(
+            isinstance(slot, list) and len(slot) >= 3 and slot[0] == offset
+            for slot, (_, offset) in zip(got, slots, strict=False)
+        ) and len(got) == len(slots)
+
+    def _closed(self, record: int, slots: list[tuple[int, int]]) -> errors.LargeQueueError:
+        """The error for a refused publish, from what its slots hold now."""
+        got = self._read_slots(record, slots)
+        newer = any(
+            isinstance(slot, list) and slot and type(slot[0]) is int and slot[0] > offset
+            for slot, (_, offset) in zip(got, slots, strict=False)
+        )
+        self.counters.add(reservations_closed=1)
+        why = (
+            "overwriting producers had already reused its slots"
+            if newer
+            else f"a reader closed it after the hole timeout (offsets {slots[0][1]}..{slots[-1][1]})"
+        )
+        return errors.ReservationClosedError(
+            f"an append to queue {self.keys.name!r} was not published in time: {why}; nothing of it"
+            " is visible, and appending again is safe",
+            queue=self.keys.name,
+        )
+
+
+__all__ = ["ATTEMPTS", "Appender", "slots_below", "tombstone"]

@@ -1,0 +1,150 @@
+"""What readers of a queue with lock-free appends see: the published prefix.
+
+A reader takes the slots of offsets ``[start, stop)`` and settles them in
+order. Each offset is an entry (published), closed (a tombstone, or a part of
+a spanning batch whose last slot is a tombstone), overwritten (a later lap's
+entry holds the slot) or pending (reserved, not yet published). The prefix
+ends at the first pending offset; nothing after it is delivered, even where
+published, so order holds.
+
+A part of a spanning batch (a slot carrying the batch's last offset ``e``)
+settles as ``e``'s slot does: entry once ``e`` is published, closed once it
+is a tombstone, pending until then. Its slot is ahead of every other part, so
+it is never reused while any part is still to be read.
+
+:class:`HoleWatch` is how a waiting reader decides that a hole is abandoned:
+it notes, on this process's monotonic clock, when it first saw each pending
+offset, and reports the ones pending for longer than the queue's hole
+timeout. Clocks of different machines are never compared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTRY = "entry"
+CLOSED = "closed"
+OVERWRITTEN = "overwritten"
+PENDING = "pending"
+
+
+@dataclass(kw_only=True)
+class Settled:
+    """What a reader made of ``[start, stop)``: the entries up to the first pending offset."""
+
+    start: int
+    #: the first offset not settled: the prefix end within the range (``stop`` if none is pending)
+    end: int
+    #: (offset, stored value, enqueued_at_ms) of every entry in ``[start, end)``, in order
+    entries: list[tuple[int, Any, int]] = field(default_factory=list)
+    closed: int = 0
+    overwritten: int = 0
+    #: for a pending part of a spanning batch: the batch's last offset, whose slot decides it
+    waiting_on: int | None = None
+    #: the pending offsets seen from ``end`` on, in order (what a hole closer may close)
+    pending: list[int] = field(default_factory=list)
+
+
+def kind_of(offset: int, slot: Any) -> tuple[str, int | None]:
+    """``(kind, last offset of its batch or None)`` of the slot read for ``offset``.
+
+    ``ValueError`` if the slot is malformed.
+    """
+    if type(slot) is not list or not slot or type(slot[0]) is not int:
+        raise ValueError(f"malformed slot for offset {offset}: {slot!r}")
+    held = slot[0]
+    if held < offset:
+        return PENDING, None
+    if held > offset:
+        return OVERWRITTEN, None
+    size = len(slot)
+    if size == 3:
+        return ENTRY, None
+    if size == 1:
+        return CLOSED, None
+    if size == 4 and type(slot[3]) is int and slot[3] >= offset:
+        return ENTRY, (None if slot[3] == offset else slot[3])
+    raise ValueError(f"malformed slot for offset {offset}: {slot!r}")
+
+
+def settle(
+    start: int,
+    stop: int,
+    slot_at: Callable[[int], Any],
+    fetch: Callable[[int], Any],
+) -> Settled:
+    """Settle offsets ``[start, stop)`` in order.
+
+    ``slot_at(o)`` gives the slot read for ``o`` in the range; ``fetch(e)``
+    reads the slot of a batch's last offset ``e`` beyond the range (one
+    command; only spanning batches need it). ``ValueError`` for a malformed slot.
+    """
+    settled = Settled(start=start, end=stop)
+    verdicts: dict[int, str] = {}
+    for offset in range(start, stop):
+        slot = slot_at(offset)
+        kind, last = kind_of(offset, slot)
+        if kind == ENTRY and last is not None:
+            kind = verdicts.get(last) or _verdict(last, start, stop, slot_at, fetch)
+            verdicts[last] = kind
+            if kind == PENDING:
+                settled.waiting_on = last
+        if kind == PENDING:
+            settled.end = offset
+            settled.pending = [
+                o for o in range(offset, stop) if kind_of(o, slot_at(o))[0] == PENDING or o == offset
+            ]
+            return settled
+        if kind == ENTRY:
+            settled.entries.append((offset, slot[1], slot[2]))
+        elif kind == CLOSED:
+            settled.closed += 1
+        else:
+            settled.overwritten += 1
+    return settled
+
+
+def _verdict(
+    last: int, start: int, stop: int, slot_at: Callable[[int], Any], fetch: Callable[[int], Any]
+) -> str:
+    """How the slot of a spanning batch's last offset settles its batch."""
+    slot = slot_at(last) if start <= last < stop else fetch(last)
+    kind, _ = kind_of(last, slot)
+    return CLOSED if kind == OVERWRITTEN else kind
+
+
+class HoleWatch:
+    """When this process first saw each pending offset, and which have been pending too long."""
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self.clock = clock
+        self._first_seen: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def overdue(self, pending: list[int]) -> list[int]:
+        """Note ``pending`` as seen now; return its leading offsets seen pending longer than the timeout."""
+        now = self.clock()
+        with self._lock:
+            if len(self._first_seen) > 100_000:  # offsets long settled by others
+                self._first_seen.clear()
+            due: list[int] = []
+            for position, offset in enumerate(pending):
+                seen = self._first_seen.setdefault(offset, now)  # noted even past the due run
+                overdue = now - seen >= self.timeout
+                if overdue and len(due) == position and (not due or offset == due[-1] + 1):
+                    due.append(offset)
+            return due
+
+    def forget(self, below: int) -> None:
+        """Drop what was noted for offsets below ``below`` (settled)."""
+        with self._lock:
+            for offset in [o for o in self._first_seen if o < below]:
+                del self._first_seen[offset]
+
+
+__all__ = ["CLOSED", "ENTRY", "OVERWRITTEN", "PENDING", "HoleWatch", "Settled", "kind_of", "settle"]

@@ -1,0 +1,152 @@
+"""Reading a queue with lock-free appends: slots in bulk, settled into the published prefix.
+
+Used where a reader reads without the lock (offset reads, ``info()``, the
+Spark connector, ``check``) and, for closing holes, by every reader that
+waits on one (dequeuers, owners in the cluster shim, streaming reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue._stats import Counters
+from large_queue.appends import Appender
+from large_queue.appends._prefix import HoleWatch, Settled, settle
+from large_queue.backends import Backend, Compute, ListGetRange, Operation, RecordKey
+from large_queue.backends.conditions import IntBin, Param, max_of
+from large_queue.fencing import same_queue
+
+#: buffer records read in one batch while looking for the prefix end
+RECORDS_PER_READ = 64
+_PUBLISHED_AT_LEAST = max_of(IntBin(rec.PUBLISHED), Param("published"))
+
+
+class PrefixReader:
+    """Reads slot ranges of one queue, settles them, and closes holes found overdue."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        keys: rec.QueueKeys,
+        shape: rec.QueueShape,
+        appender: Appender,
+        watch: HoleWatch,
+        counters: Counters,
+    ) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.shape = shape
+        self.appender = appender
+        self.watch = watch
+        self.counters = counters
+
+    def corrupt(self, offset: int, problem: str) -> errors.CorruptQueueError:
+        """The error for a malformed slot."""
+        return errors.CorruptQueueError(
+            f"buffer record {self.shape.record_of(offset)} of queue {self.keys.name!r}: {problem}",
+            queue=self.keys.name,
+            record=self.shape.record_of(offset),
+        )
+
+    def fetch(self, offset: int) -> Any:
+        """The slot of ``offset``, read alone (one command)."""
+        record = self.shape.record_of(offset)
+        self.counters.add(commands=1)
+        try:
+            found = self.backend.operate(
+                self.keys.buffer(record), [ListGetRange(rec.SLOTS, self.shape.slot_of(offset), 1)]
+            )
+        except errors.RecordNotFoundError:
+            raise self.corrupt(offset, "the record is missing") from None
+        slots = found.get(rec.SLOTS)
+        return slots[0] if isinstance(slots, list) and slots else None
+
+    def settle(self, start: int, stop: int, slot_at: Callable[[int], Any]) -> Settled:
+        """Settle ``[start, stop)`` from slots already read (``slot_at``).
+
+        A malformed slot is ``CorruptQueueError``.
+        """
+        try:
+            return settle(start, stop, slot_at, self.fetch)
+        except ValueError as exc:
+            raise self.corrupt(start, str(exc)) from None
+
+    def read(self, start: int, stop: int) -> Settled:
+        """Read ``[start, stop)`` (one batch read per :data:`RECORDS_PER_READ` records) and settle it."""
+        slots: dict[int, Any] = {}
+        runs = [run for record_runs in self.shape.runs(start, stop).values() for run in record_runs]
+        runs.sort(key=lambda run: run.start)
+        for first in range(0, len(runs), RECORDS_PER_READ):
+            part = runs[first : first + RECORDS_PER_READ]
+            reads: list[tuple[RecordKey, list[Operation] | None]] = [
+                (
+                    self.keys.buffer(self.shape.record_of(run.start)),
+                    [ListGetRange(rec.SLOTS, self.shape.slot_of(run.start), len(run))],
+                )
+                for run in part
+            ]
+            self.counters.add(commands=1)
+            for run, found in zip(part, self.backend.batch_read(reads), strict=True):
+                got = found.get(rec.SLOTS) if found is not None else None
+                if not isinstance(got, list) or len(got) != len(run):
+                    raise self.corrupt(run.start, "the record or its slots are missing")
+                slots.update(zip(run, got, strict=True))
+        return self.settle(start, stop, slots.__getitem__)
+
+    def close_overdue(self, settled: Settled) -> bool:
+        """Close the hole ``settled`` ends at if it has been open past the hole timeout; True if closed.
+
+        A pending part of a spanning batch is closed by a tombstone on the
+        batch's last slot; other pending offsets by tombstones on the overdue
+        ones from the hole on, in its buffer record.
+        """
+        if not settled.pending:
+            return False
+        due = self.watch.overdue(settled.pending)
+        if not due:
+            return False
+        if settled.waiting_on is not None:
+            start, stop = settled.waiting_on, settled.waiting_on + 1
+        else:
+            start = due[0]
+            record_end = (start // self.shape.slots_per_record + 1) * self.shape.slots_per_record
+            stop = min(due[-1] + 1, record_end)
+        try:
+            self.appender.close(start, stop)
+        except errors.ConditionNotMetError:
+            return True  # published (or closed by another reader) meanwhile: read again
+        return True
+
+    def prefix_end(self, head: int, published: int, tail: int) -> tuple[int, Settled | None]:
+        """The published prefix end, settled from ``max(head, published)`` on, read in bulk.
+
+        Also returns the settled part that ends at a hole (None if none does).
+        When the end lies a record or more past the stored hint, the hint is
+        moved (one more command), so that the next reader starts there.
+        """
+        start = max(head, published)
+        step = RECORDS_PER_READ * self.shape.slots_per_record
+        end = start
+        holed: Settled | None = None
+        while end < tail:
+            settled = self.read(end, min(tail, end + step))
+            end = settled.end
+            if settled.pending:
+                holed = settled
+                break
+        if end - published >= self.shape.slots_per_record:
+            self.counters.add(commands=1)
+            with contextlib.suppress(errors.LargeQueueError):  # a hint: the next reader settles a little more
+                self.backend.operate(
+                    self.keys.metadata,
+                    [Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": end})],
+                    condition=same_queue(self.appender.incarnation),
+                )
+        return end, holed
+
+
+__all__ = ["PrefixReader"]

@@ -18,6 +18,7 @@ from typing import Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import decode_entry
+from large_queue.appends._prefix import settle
 from large_queue.backends import Backend, Record, WriteMode, connect
 
 BATCH = 200
@@ -98,11 +99,14 @@ def _check_buffers(
                 if repair:
                     backend.put(  # marked with the current token: only newer holders can write it
                         keys.buffer(index),
-                        rec.empty_buffer(shape.slots_per_record, token, metadata.incarnation),
+                        rec.empty_buffer(
+                            shape.slots_per_record, token, metadata.incarnation, reserved=metadata.reserved
+                        ),
                         mode=WriteMode.CREATE_ONLY,
                     )
                     report.repaired.append(f"{where} was missing and was recreated empty{lost}")
-                    slots_by_record[index] = [None] * shape.slots_per_record
+                    empty = rec.EMPTY_SLOT if metadata.reserved else None
+                    slots_by_record[index] = [empty] * shape.slots_per_record
                 else:
                     report.problems.append(f"{where} is missing{lost}")
                 continue
@@ -127,8 +131,10 @@ def _check_buffers(
             for position, slot in enumerate(slots):
                 if slot is None:
                     continue
-                if not (isinstance(slot, list) and len(slot) == 3 and type(slot[0]) is int):
+                if not _well_formed(slot, metadata.reserved):
                     report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
+                elif len(slot) < 3 and (slot[0] == -1 or metadata.reserved):
+                    continue  # empty, or a closed reservation (lock-free appends)
                 elif slot[0] % shape.capacity != index * shape.slots_per_record + position:
                     report.problems.append(
                         f"{where} slot {position} holds offset {slot[0]}, which belongs elsewhere"
@@ -138,6 +144,9 @@ def _check_buffers(
                         decode_entry(metadata.encoding, slot[1])
                     except ValueError as exc:
                         report.problems.append(f"{where} slot {position} holds no valid entry: {exc}")
+    if metadata.reserved:
+        _check_prefix(metadata, slots_by_record, report)
+        return
     missing = []
     for offset in range(metadata.head, metadata.tail):
         slots = slots_by_record.get(shape.record_of(offset))
@@ -150,6 +159,48 @@ def _check_buffers(
             missing.append(offset)
     if missing:
         report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
+
+
+def _well_formed(slot: Any, reserved: bool) -> bool:
+    """A slot as the queue's format writes them (see :mod:`large_queue._records`)."""
+    if not (isinstance(slot, list) and slot and type(slot[0]) is int):
+        return False
+    if not reserved:
+        return len(slot) == 3
+    if len(slot) == 1:
+        return slot[0] >= -1
+    return slot[0] >= 0 and (
+        len(slot) == 3 or (len(slot) == 4 and type(slot[3]) is int and slot[3] >= slot[0])
+    )
+
+
+def _check_prefix(metadata: rec.Metadata, slots_by_record: dict[int, list[Any]], report: CheckReport) -> None:
+    """Settle [head, tail) of a queue with lock-free appends, as readers do, and report what it holds."""
+    shape = metadata.shape
+    unreadable = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) not in slots_by_record]
+    if unreadable:
+        return  # already reported with their records
+
+    def slot_at(offset: int) -> Any:
+        return slots_by_record[shape.record_of(offset)][shape.slot_of(offset)]
+
+    try:
+        settled = settle(metadata.head, metadata.tail, slot_at, slot_at)
+    except ValueError as exc:
+        report.problems.append(f"a live slot is malformed: {exc}")
+        return
+    report.live_entries = len(settled.entries)
+    if settled.overwritten:
+        report.problems.append(f"{settled.overwritten} live offsets whose slots hold a later lap's entry")
+    if settled.closed:
+        report.notes.append(
+            f"{settled.closed} reserved offsets were closed unpublished (their producers failed)"
+        )
+    if settled.end < metadata.tail:
+        report.notes.append(
+            f"offsets {settled.end}..{metadata.tail - 1} are reserved and the prefix ends at {settled.end}:"
+            " a producer has not published there yet (readers close it after the hole timeout)"
+        )
 
 
 def _read_buffers(

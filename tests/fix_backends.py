@@ -32,6 +32,8 @@ AEROSPIKE_IMAGE = "aerospike/aerospike-server:8.1.0.0"
 
 #: the second namespace every test store has (docker/aerospike.conf configures it too)
 SECOND_NAMESPACE = "bar"
+#: how producers append: every test parametrized with it runs under the lock and without it
+APPENDS = ["lock", "reserve"]
 #: the record size limit of the test stores (Aerospike's max-record-size in docker/aerospike.conf)
 TEST_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
 

@@ -11,11 +11,12 @@ from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
 from large_queue.cli import main
-from tests.fix_backends import Place, Store
+from tests.fix_backends import APPENDS, Place, Store
 
 
-def test_a_healthy_queue_passes(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_healthy_queue_passes(store: Store, appends: str) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
     queue.enqueue_batch(range(5))
     queue.dequeue_batch(2)
     report = check_queue(store.backend, queue.name)
@@ -34,6 +35,28 @@ def test_missing_buffer_record_is_named_and_repaired(store: Store) -> None:
     assert repaired.problems == ["live offsets whose slots no longer hold their entry: 3, 4"]
     assert [e.value for e in queue.dequeue_batch(10)] == [0, 1, 2]  # usable again; 3 and 4 were lost
     assert check_queue(store.backend, queue.name).ok
+
+
+def test_unpublished_and_closed_reservations_are_noted_not_problems(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(range(2))
+    closed = queue.appender.reserve(1, overwrite=False)
+    queue.appender.close(closed, closed + 1)  # as a reader does after the hole timeout
+    queue.enqueue("published")
+    queue.appender.reserve(2, overwrite=False)  # a producer that has not published yet
+    report = check_queue(store.backend, queue.name)
+    assert report.ok, report.lines()
+    assert report.live_entries == 3
+    assert any("1 reserved offsets were closed" in note for note in report.notes), report.notes
+    assert any("offsets 4..5 are reserved and the prefix ends at 4" in note for note in report.notes)
+
+
+def test_a_malformed_slot_of_a_reserving_queue_is_named(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
+    queue.enqueue("kept")
+    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, "x", 0, 0])])  # batch end before it
+    report = check_queue(store.backend, queue.name)
+    assert any("slot 1 is malformed" in p for p in report.problems), report.problems
 
 
 @pytest.mark.parametrize(

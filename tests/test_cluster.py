@@ -27,7 +27,7 @@ from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFound
 from large_queue.backends import connect
 from large_queue.cluster import OwnershipEvent, ownership_info
 from large_queue.cluster._ownership import Ownership, OwnerState
-from tests.fix_backends import Place
+from tests.fix_backends import APPENDS, Place
 
 TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}
 
@@ -64,11 +64,18 @@ def _node(url: str, name: str, node_id: str, log_path: str, ack_delay: float, ba
 
 class Cluster:
     def __init__(
-        self, place: Place, tmp_path: Path, nodes: str, *, ack_delay: float = 0.0, batch: int = 5
+        self,
+        place: Place,
+        tmp_path: Path,
+        nodes: str,
+        *,
+        ack_delay: float = 0.0,
+        batch: int = 5,
+        appends: str = "lock",
     ) -> None:
         self.logs = tmp_path
         name = place.name("shared")
-        self.queue = Queue.create(place.connect(), name, capacity=120, slots_per_record=10)
+        self.queue = Queue.create(place.connect(), name, capacity=120, slots_per_record=10, appends=appends)
         context = multiprocessing.get_context("spawn")
         self.processes = {
             node: context.Process(
@@ -165,8 +172,9 @@ def _check_history(events: list[dict[str, Any]], produced: int) -> dict[str, int
     return figures
 
 
-def test_nodes_share_a_queue_one_owner_at_a_time(place: Place, tmp_path: Path) -> None:
-    cluster = Cluster(place, tmp_path, "abc")
+@pytest.mark.parametrize("appends", APPENDS)
+def test_nodes_share_a_queue_one_owner_at_a_time(place: Place, tmp_path: Path, appends: str) -> None:
+    cluster = Cluster(place, tmp_path, "abc", appends=appends)
     try:
         cluster.produce(400)
         cluster.wait_until_acked(400)
@@ -183,8 +191,9 @@ def test_nodes_share_a_queue_one_owner_at_a_time(place: Place, tmp_path: Path) -
     assert all(following[x] == y for x, y in itertools.pairwise(takes)), f"handover order broken: {takes}"
 
 
-def test_killed_owner_unacked_entries_are_redelivered(place: Place, tmp_path: Path) -> None:
-    cluster = Cluster(place, tmp_path, "abc", ack_delay=0.3)
+@pytest.mark.parametrize("appends", APPENDS)
+def test_killed_owner_unacked_entries_are_redelivered(place: Place, tmp_path: Path, appends: str) -> None:
+    cluster = Cluster(place, tmp_path, "abc", ack_delay=0.3, appends=appends)
     try:
         cluster.produce(100)
         victim = cluster.wait_for_owner_holding_unacked()
@@ -226,10 +235,12 @@ def test_paused_owner_is_fenced_and_rejoins(place: Place, tmp_path: Path) -> Non
     assert any(e["kind"] == "take" for e in after) or process.is_alive(), "the paused node did not rejoin"
 
 
-def test_owner_needs_no_lock_and_few_round_trips(place: Place) -> None:
+@pytest.mark.parametrize("appends", APPENDS)
+def test_owner_needs_no_lock_and_few_round_trips(place: Place, appends: str) -> None:
     backend = place.connect()
-    queue = Queue.create(backend, place.name("q"), capacity=400, slots_per_record=100)
-    queue.enqueue_batch(range(300))
+    queue = Queue.create(backend, place.name("q"), capacity=400, slots_per_record=100, appends=appends)
+    for start in range(0, 300, 100):  # a batch per buffer record: none spans records (see test_appends)
+        queue.enqueue_batch(range(start, start + 100))
     with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
         assert consumer.owning
         before = backend.commands

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -226,6 +227,35 @@ def test_streaming_micro_batches_and_restart_from_checkpoint(spark: Any, url: st
     _stream(spark, url, "events", tmp_path / "checkpoint", batches, maxOffsetsPerTrigger=20)
     delivered = [o for b in batches for o in b]
     assert delivered == list(range(65)), "an offset was skipped or repeated across the restart"
+
+
+def test_reads_see_only_the_published_prefix_of_lock_free_appends(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "events", capacity=40, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(range(2))
+    closed = queue.appender.reserve(1, overwrite=False)
+    queue.appender.close(closed, closed + 1)  # a reader closed it after the hole timeout: never visible
+    queue.enqueue_batch(range(3, 10))  # offsets 3..9: spans records, visible whole
+    queue.appender.reserve(1, overwrite=False)  # offset 10: not published yet
+    queue.enqueue_batch(range(11, 13))  # published, but past the hole
+    rows = reader(spark, url, "events").load().orderBy("offset").collect()
+    assert [r.offset for r in rows] == [0, 1, *range(3, 10)]
+    assert [json.loads(r.value) for r in rows] == [0, 1, *range(3, 10)]
+
+
+def test_a_stream_waits_on_a_hole_and_resumes_after_it_is_closed(spark: Any, url: str, tmp_path: Path) -> None:
+    queue = Queue.create(
+        connect(url), "events", capacity=40, slots_per_record=4, appends="reserve", hole_timeout=0.5
+    )
+    queue.enqueue_batch(range(3))
+    hole = queue.appender.reserve(1, overwrite=False)  # its producer died
+    queue.enqueue_batch(range(4, 8))
+    batches: list[list[int]] = []
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches)
+    assert [o for b in batches for o in b] == [0, 1, 2], "the stream read past an unpublished offset"
+    time.sleep(0.6)  # the driver saw the hole open; it is now past the hole timeout
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches)
+    assert [o for b in batches for o in b] == [0, 1, 2, 4, 5, 6, 7], "a gap or a repeat after the hole"
+    assert queue.get(hole) is None
 
 
 def test_streaming_data_loss_both_ways(spark: Any, url: str, tmp_path: Path) -> None:

@@ -289,13 +289,26 @@ class Consumer:
             slots[record] = buffer.get(rec.SLOTS) if buffer is not None else None
         cursor = max(self._cursor, self._queue_head)  # below the head: dropped by overwriting producers
         fresh = [o for o in candidates if cursor <= o < self._seen_tail]
+
+        def slot_at(offset: int) -> Any:
+            record = shape.record_of(offset)
+            slot_list = slots.get(record)
+            index = shape.slot_of(offset) - wanted[record][0]
+            return slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
+
+        settled_end = None
+        if self.queue.reserved and fresh:  # only the published prefix; a hole waited on long enough is closed
+            settled = self.queue.prefix.settle(fresh[0], fresh[-1] + 1, slot_at)
+            published = {offset for offset, _, _ in settled.entries}
+            fresh = [o for o in fresh if o < settled.end and o in published]
+            settled_end = settled.end
+            if settled.end == cursor and not redeliver:
+                self.queue.prefix.close_overdue(settled)
         inflight = {o: c for o, c in self._inflight.items() if o >= self._queue_head}
         delivered: list[Message | Entry] = []
         for offset in [*redeliver, *fresh]:
             record = shape.record_of(offset)
-            slot_list = slots.get(record)
-            index = shape.slot_of(offset) - wanted[record][0]
-            slot = slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
+            slot = slot_at(offset)
             entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
             count = inflight.pop(offset, 0) + 1
             if entry is None:
@@ -318,7 +331,10 @@ class Consumer:
                         consumer=self,
                     )
                 )
-        cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
+        if settled_end is not None:
+            cursor = max(cursor, settled_end)  # past what is delivered and what is closed
+        else:
+            cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
         if not delivered and cursor == self._cursor and inflight == self._inflight:
             return []
         try:

@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import JSON, NATIVE, bytes_as_json, decode_entry
+from large_queue.appends._prefix import OVERWRITTEN, kind_of
 from large_queue.queue import Queue
 from large_queue.spark._options import data_loss
 
@@ -99,6 +100,24 @@ class Rows:
                 self.times.append(slot[2])
             else:
                 lost.append(offset)
+
+    def add_settled(
+        self, queue: Queue, slots: list[Any], first: int, lo: int, hi: int, lost: list[int]
+    ) -> None:
+        """:meth:`add` for a queue with lock-free appends: its entries, without closed reservations.
+
+        Offsets a later lap overwrote (or past a hole, which the planned
+        range never reaches) are added to ``lost``.
+        """
+        settled = queue.prefix.settle(lo, hi, lambda offset: slots[first + offset - lo])
+        for offset, value, enqueued_at_ms in settled.entries:
+            self.offsets.append(offset)
+            self.values.append(value)
+            self.times.append(enqueued_at_ms)
+        if settled.overwritten or settled.end < hi:
+            for offset in range(lo, hi):
+                if offset >= settled.end or kind_of(offset, slots[first + offset - lo])[0] == OVERWRITTEN:
+                    lost.append(offset)
 
 
 def json_column(queue: str, offsets: list[int], values: list[Any]) -> pa.Array:
@@ -220,7 +239,9 @@ def _chunk(
         lo = max(start, block * per_record)
         hi = min(stop, (block + 1) * per_record)
         slots = record.bins.get(rec.SLOTS) if record is not None else None
-        if isinstance(slots, list):
+        if isinstance(slots, list) and queue.reserved:
+            rows.add_settled(queue, slots, lo % per_record, lo, hi, lost)
+        elif isinstance(slots, list):
             rows.add(slots, lo % per_record, lo, hi, lost)
         else:
             lost.extend(range(lo, hi))

@@ -44,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from large_queue import errors
+from large_queue.appends._prefix import HoleWatch
 from large_queue.backends import Backend, connect
 from large_queue.queue import Queue
 from large_queue.spark._arrow import read_segment
@@ -64,6 +65,10 @@ def _store(url: str | None) -> Backend:
     if key not in _stores:
         _stores[key] = connect(url)
     return _stores[key]
+
+
+#: what each streaming query's driver has seen of holes, by queue (kept across micro-batches)
+_hole_watches: dict[tuple[int, str | None, str | None, str], HoleWatch] = {}
 
 
 def _open(options: SourceOptions) -> Queue:
@@ -126,10 +131,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _open(options)  # planning time: a missing queue fails here
 
     def _bounds(self) -> tuple[Queue, int, int]:
-        """The queue, and its head and tail now."""
+        """The queue, and its head and the end of its published prefix now.
+
+        A stream waits on the prefix: a hole it has seen open past the queue's
+        hole timeout (across micro-batches, on this driver's clock) it closes.
+        """
         queue = _open(self.options)
-        info = queue.info()
-        return queue, info.head_offset, info.tail_offset
+        key = (os.getpid(), self.options.url, self.options.namespace, self.options.queue)
+        queue.holes = queue.prefix.watch = _hole_watches.setdefault(key, queue.holes)
+        head, tail = queue.published_tail(close_overdue=True)
+        return queue, head, tail
 
     def initialOffset(self) -> dict[str, int]:
         _, head, tail = self._bounds()

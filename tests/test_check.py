@@ -54,7 +54,9 @@ def test_unpublished_and_closed_reservations_are_noted_not_problems(store: Store
 def test_a_malformed_slot_of_a_reserving_queue_is_named(store: Store) -> None:
     queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
     queue.enqueue("kept")
-    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, "x", 0, 0])])  # batch end before it
+    store.backend.operate(
+        queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, "x", 0, 0])]
+    )  # batch end before it
     report = check_queue(store.backend, queue.name)
     assert any("slot 1 is malformed" in p for p in report.problems), report.problems
 

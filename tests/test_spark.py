@@ -242,7 +242,9 @@ def test_reads_see_only_the_published_prefix_of_lock_free_appends(spark: Any, ur
     assert [json.loads(r.value) for r in rows] == [0, 1, *range(3, 10)]
 
 
-def test_a_stream_waits_on_a_hole_and_resumes_after_it_is_closed(spark: Any, url: str, tmp_path: Path) -> None:
+def test_a_stream_waits_on_a_hole_and_resumes_after_it_is_closed(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
     queue = Queue.create(
         connect(url), "events", capacity=40, slots_per_record=4, appends="reserve", hole_timeout=0.5
     )

@@ -10,7 +10,8 @@ published, so order holds.
 A part of a spanning batch (a slot carrying the batch's last offset ``e``)
 settles as ``e``'s slot does: entry once ``e`` is published, closed once it
 is a tombstone, pending until then. Its slot is ahead of every other part, so
-it is never reused while any part is still to be read.
+it is never reused while any part is still to be read. Once ``e`` is a
+tombstone, the batch's unpublished parts are closed too: they can never show.
 
 :class:`HoleWatch` is how a waiting reader decides that a hole is abandoned:
 it notes, on this process's monotonic clock, when it first saw each pending
@@ -85,6 +86,9 @@ def settle(
     """
     settled = Settled(start=start, end=stop)
     verdicts: dict[int, str] = {}
+    closed_through = (
+        -1
+    )  # the last offset of a closed spanning batch seen: its unpublished parts are closed too
     for offset in range(start, stop):
         slot = slot_at(offset)
         kind, last = kind_of(offset, slot)
@@ -93,6 +97,10 @@ def settle(
             verdicts[last] = kind
             if kind == PENDING:
                 settled.waiting_on = last
+            elif kind == CLOSED:
+                closed_through = max(closed_through, last)
+        elif kind == PENDING and offset <= closed_through:
+            kind = CLOSED  # a part of that batch its producer never published: it can never show
         if kind == PENDING:
             settled.end = offset
             settled.pending = [

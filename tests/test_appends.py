@@ -1,0 +1,181 @@
+"""Appends without the queue lock: reserve and publish, holes and tombstones, spanning batches, costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from large_queue import Queue, QueueFullError, ReservationClosedError
+from large_queue import _records as rec
+from large_queue.appends._prefix import HoleWatch
+from large_queue.backends.faults import FaultInjectingBackend
+from large_queue.errors import CorruptQueueError, LockNotAcquiredError
+from large_queue.lock import LockPolicy
+from tests.fix_backends import Store
+
+
+class FakeClock:
+    """A monotonic clock for hole timeouts, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reserving(store: Store, **options: object) -> tuple[Queue, FakeClock]:
+    """A queue with lock-free appends whose hole timeouts run on a clock the test moves."""
+    options.setdefault("appends", "reserve")
+    queue = store.new_queue(**options)
+    clock = FakeClock()
+    queue.holes = queue.prefix.watch = HoleWatch(queue.hole_timeout, clock)
+    return queue, clock
+
+
+def values(entries: list) -> list:  # type: ignore[type-arg]
+    return [entry.value for entry in entries]
+
+
+def test_single_enqueue_costs_two_round_trips_and_a_batch_one_per_record(store: Store) -> None:
+    queue, _ = reserving(store, capacity=30, slots_per_record=5)
+    before = store.backend.commands
+    assert queue.enqueue("a") == 0
+    assert store.backend.commands - before == 2  # reserve, publish
+    before = store.backend.commands
+    assert queue.enqueue_batch(range(12)) == range(1, 13)  # offsets 1..12: buffer records 0, 1 and 2
+    assert store.backend.commands - before == 1 + 3
+    assert values(queue.dequeue_batch(20)) == ["a", *range(12)]
+
+
+def test_a_full_queue_refuses_a_reservation_and_reserves_nothing(store: Store) -> None:
+    queue, _ = reserving(store, capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(5))
+    with pytest.raises(QueueFullError, match="1 free slots, 2 requested"):
+        queue.enqueue_batch(["x", "y"])
+    assert queue.info().reserved_tail == 5
+    assert queue.enqueue("last") == 5
+    assert values(queue.dequeue_batch(10)) == [0, 1, 2, 3, 4, "last"]
+
+
+def test_overwriting_moves_the_head_in_the_reservation(store: Store) -> None:
+    queue, _ = reserving(store, capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(6))
+    assert queue.enqueue_batch(["a", "b"], overwrite_if_full=True) == range(6, 8)
+    info = queue.info()
+    assert (info.head_offset, info.tail_offset) == (2, 8)
+    assert values(queue.dequeue_batch(10)) == [2, 3, 4, 5, "a", "b"]
+
+
+def test_readers_stop_at_a_hole_until_its_timeout_then_close_it(store: Store) -> None:
+    queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=5.0)
+    queue.enqueue("before")
+    paused = queue.appender.reserve(1, overwrite=False)  # its producer pauses here
+    queue.enqueue("after")
+    assert values(queue.dequeue_batch(10)) == ["before"]
+    assert queue.dequeue() is None  # the prefix ends at the hole: nothing past it is seen
+    assert queue.get(2) is None and queue.info().tail_offset == 1 and queue.info().reserved_tail == 3
+    clock.now += 4.9
+    assert queue.dequeue() is None
+    clock.now += 0.2  # open past the timeout since this reader first saw it
+    assert values(queue.dequeue_batch(10)) == ["after"]
+    assert queue.stats().holes_closed == 1
+    with pytest.raises(ReservationClosedError, match="nothing of it is visible"):
+        queue.appender.publish(paused, ["late"], 0)
+    assert queue.get(paused) is None
+    assert queue.enqueue("again") == 3  # a retry takes a new offset
+    assert values(queue.dequeue_batch(10)) == ["again"]
+
+
+def test_a_publish_before_the_timeout_wins_over_the_closer(store: Store) -> None:
+    queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
+    slow = queue.appender.reserve(1, overwrite=False)
+    assert queue.dequeue() is None
+    queue.appender.publish(slow, ["in time"], 0)
+    clock.now += 2
+    assert values(queue.dequeue_batch(5)) == ["in time"]
+    assert queue.stats().holes_closed == 0
+
+
+def test_a_spanning_batch_is_seen_whole_or_not_at_all(store: Store) -> None:
+    queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
+    first = queue.appender.reserve(7, overwrite=False)  # offsets 0..6: buffer records 0, 1 and 2
+    # The producer publishes record by record, the one holding the batch's last offset last.
+    writes = []
+    original = queue.backend.operate
+
+    def record_by_record(key, operations, **kwargs):  # type: ignore[no-untyped-def]
+        writes.append(key.user_key)
+        if len(writes) == 2:
+            assert queue.dequeue() is None  # two records published: none of the batch is visible
+            assert queue.get(0) is None
+        return original(key, operations, **kwargs)
+
+    queue.backend.operate = record_by_record  # type: ignore[method-assign]
+    queue.appender.publish(first, list(range(7)), 0)
+    queue.backend.operate = original  # type: ignore[method-assign]
+    assert writes[-1] == "queue-buffer-2"
+    assert values(queue.dequeue_batch(10)) == list(range(7))
+
+
+def test_a_half_published_spanning_batch_is_closed_whole(store: Store) -> None:
+    queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
+    first = queue.appender.reserve(5, overwrite=False)  # offsets 0..4: records 0 and 1
+    # The producer published record 0 (marked with the batch's last offset 4), then died.
+    queue.backend.operate(queue.keys.buffer(0), [rec_set(0, [[o, o, 0, 4] for o in range(3)])])
+    queue.enqueue("next")  # offset 5
+    assert queue.dequeue() is None  # its first part is published, but the batch is not complete
+    clock.now += 1.5
+    assert values(queue.dequeue_batch(10)) == ["next"]  # closed by a tombstone on offset 4
+    with pytest.raises(ReservationClosedError):
+        queue.appender.publish(first, list(range(5)), 0)
+    assert [queue.get(o) for o in range(5)] == [None] * 5
+
+
+def test_a_producer_refused_midway_closes_its_own_batch(store: Store) -> None:
+    queue, _ = reserving(store, capacity=12, slots_per_record=3)
+    first = queue.appender.reserve(5, overwrite=False)  # offsets 0..4: records 0 and 1
+    queue.appender.close(3, 5)  # a reader closed the part in record 1 ...
+    with pytest.raises(ReservationClosedError):
+        queue.appender.publish(first, list(range(5)), 0)  # ... so record 0's part must not show
+    queue.enqueue("next")
+    assert values(queue.dequeue_batch(10)) == ["next"]
+
+
+def test_a_publish_that_timed_out_after_applying_is_not_reported_as_closed(store: Store) -> None:
+    faulty = FaultInjectingBackend(store.backend)
+    queue, _ = reserving(store, capacity=12, slots_per_record=3)
+    queue = Queue.open(faulty, queue.name)
+    faulty.inject(lambda call: call.key.user_key.startswith("queue-buffer"), applied=True)
+    assert queue.enqueue("once") == 0  # the repeat is refused by its own slot, which holds it
+    faulty.inject(lambda call: call.key.user_key == "queue-metadata", applied=True)
+    assert queue.enqueue("twice") == 2  # the first reservation (offset 1) was applied: a hole
+    assert queue.info().reserved_tail == 3
+    assert values(queue.dequeue_batch(10)) == ["once"]
+
+
+def test_the_lock_expires_on_its_stamp_while_producers_write_its_record(store: Store) -> None:
+    queue, _ = reserving(store, lock_ttl=0.2, lock_policy=LockPolicy(acquire_timeout=0.05))
+    queue.enqueue("x")
+    holder = queue.lock.try_acquire("A")  # then A dies
+    with pytest.raises(LockNotAcquiredError):
+        queue.dequeue()
+    store.advance(0.15)
+    queue.enqueue("y")  # producers keep writing the metadata record...
+    store.advance(0.15)
+    queue.enqueue("z")
+    assert values(queue.dequeue_batch(5)) == ["x", "y", "z"]  # ...and still the lock expired
+    assert queue.stats().locks_broken == 1
+    assert holder.txn_id == "A"
+
+
+def test_an_unknown_format_is_refused_not_written(store: Store) -> None:
+    queue, _ = reserving(store)
+    store.backend.put(queue.keys.metadata, {rec.FORMAT: 4})
+    with pytest.raises(CorruptQueueError, match="format version 4 is not supported"):
+        Queue.open(store.backend, queue.name)
+
+
+def rec_set(index: int, slots: list) -> object:  # type: ignore[type-arg]
+    from large_queue.backends import ListSetRange
+
+    return ListSetRange(rec.SLOTS, index, slots)

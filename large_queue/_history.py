@@ -14,7 +14,10 @@ The checker reports, for a destructive-dequeue queue without overwriting:
 - unexpected: a delivered value that no client ever tried to enqueue;
 - order violations: one producer's entries delivered out of its order;
 - false empties: a dequeue that returned nothing while an acknowledged entry
-  stayed in the queue from before it started until after it ended;
+  stayed in the queue from before it started until after it ended (where
+  producers append without the lock, also while no enqueue could have held
+  an unpublished reservation: none was under way, and none had failed or
+  died within ``hole_grace`` seconds, the time its hole may stay open);
 - conflicting offsets: two different values delivered or acknowledged at one
   offset.
 """
@@ -110,13 +113,33 @@ class Verdict:
         return not any(self.anomalies.values())
 
 
+def _possible_holes(calls: list[Call], hole_grace: float | None) -> list[tuple[float, float]]:
+    """(from, until) of each time an enqueue may have held an unpublished reservation, sorted."""
+    if hole_grace is None:
+        return []
+    holes = []
+    for call in calls:
+        if call.op != "enqueue":
+            continue
+        if call.outcome == "ok":
+            holes.append((call.invoked, call.completed or call.invoked))
+        else:  # failed, unknown or killed: its reservation stays a hole until a reader closes it
+            holes.append((call.invoked, (call.completed or call.invoked) + hole_grace))
+    return sorted(holes)
+
+
 def _producer_and_sequence(value: str) -> tuple[str, int]:
     producer, _, sequence = value.rpartition(":")
     return producer, int(sequence)
 
 
-def check(calls: list[Call]) -> Verdict:
-    """Judge a history of enqueues (values ``producer:sequence``) and dequeues."""
+def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
+    """Judge a history of enqueues (values ``producer:sequence``) and dequeues.
+
+    ``hole_grace``: producers append without the lock, and a reservation left
+    unpublished by a failed or killed enqueue may hide the queue's entries
+    from dequeues for up to this many seconds after the call's last event.
+    """
     attempted: set[str] = set()
     acknowledged: dict[str, tuple[int, float]] = {}  # value -> (offset, ack time)
     delivered: list[tuple[int, str, Call]] = []
@@ -186,10 +209,16 @@ def check(calls: list[Call]) -> Verdict:
     )
     acked_times = [acked_at for acked_at, _ in spans]
     latest_removal = list(itertools.accumulate((removed for _, removed in spans), max))
+    holes = _possible_holes(calls, hole_grace)
+    hole_starts = [start for start, _ in holes]
+    latest_hole_end = list(itertools.accumulate((end for _, end in holes), max))
     false_empties = []
     for empty in empties:
         present_before = bisect.bisect_left(acked_times, empty.invoked)
         if present_before and latest_removal[present_before - 1] > (empty.completed or 0.0):
+            opened_before = bisect.bisect_left(hole_starts, empty.completed or 0.0)
+            if opened_before and latest_hole_end[opened_before - 1] > empty.invoked:
+                continue  # an unpublished reservation may have hidden the entries
             false_empties.append((empty.client, empty.invoked))
 
     anomalies = {

@@ -4,9 +4,13 @@ Producers enqueue numbered values (single and batch), consumers dequeue
 (single and batch), each recording its history. Meanwhile a coordinator
 injects faults: it SIGSTOPs a worker for longer than the lock TTL and then
 SIGCONTs it (its lock is broken meanwhile; whatever it does next must be
-refused), and SIGKILLs workers mid-operation and starts replacements. At the
-end it drains the queue and hands every history to the checker
-(:mod:`large_queue._history`). Every anomaly count must be zero.
+refused), and SIGKILLs workers mid-operation and starts replacements. On a
+queue whose producers append without the lock (``appends="reserve"``) it
+also stops a producer exactly between its reservation and its publish
+(SIGUSR1 asks it to SIGSTOP itself there), then either kills it or resumes
+it after the hole timeout: consumers must close the hole, and the late
+publish must fail. At the end it drains the queue and hands every history
+to the checker (:mod:`large_queue._history`). Every anomaly count must be zero.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from large_queue.queue import Queue
 
 #: seconds between the progress lines of a run
 PROGRESS_EVERY = 5.0
-DEFINITE_FAILURES = (errors.LockLostError, errors.LockNotAcquiredError, errors.QueueFullError)
+DEFINITE_FAILURES = (
+    errors.LockLostError,
+    errors.LockNotAcquiredError,
+    errors.QueueFullError,
+    errors.ReservationClosedError,
+)
+#: set by SIGUSR1 in a producer: stop (SIGSTOP) right after the next reservation, before publishing
+_park_requested = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +60,8 @@ class TortureConfig:
     pauses: bool = True
     kills: bool = True
     seed: int = 0
+    appends: str = "lock"
+    hole_timeout: float = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +72,9 @@ class TortureReport:
     pauses: int
     kills: int
     verdict: Verdict
+    parked_pauses: int = 0  #: producers stopped between reserve and publish, then resumed
+    parked_kills: int = 0  #: producers killed between reserve and publish
+    holes_closed: int = 0  #: unpublished reservations the consumers closed
 
     def lines(self) -> list[str]:
         """The report as printable lines."""
@@ -66,6 +82,8 @@ class TortureReport:
         lines = [
             f"operations completed: {self.operations}",
             f"faults injected: {self.pauses} pauses past the lock TTL, {self.kills} kills",
+            f"between reserve and publish: {self.parked_pauses} pauses past the hole timeout,"
+            f" {self.parked_kills} kills; holes closed by consumers: {self.holes_closed}",
             f"enqueues acknowledged: {verdict.enqueues_acknowledged}, entries delivered:"
             f" {verdict.entries_delivered}, empty dequeues: {verdict.empty_dequeues}",
             f"in doubt (reported apart): {verdict.in_doubt_calls} calls, {verdict.in_doubt_entries} entries",
@@ -80,9 +98,31 @@ def _open(url: str, name: str) -> Queue:
     return Queue.open(connect(url), name, lock_policy=LockPolicy(acquire_timeout=30.0))
 
 
+def _park_next(signum: int, frame: object) -> None:
+    global _park_requested
+    _park_requested = True
+
+
+def _parking(queue: Queue) -> None:
+    """Make the producer stop itself between its next reservation and its publish when asked."""
+    reserve = queue.appender.reserve
+
+    def reserve_then_park(count: int, *, overwrite: bool) -> int:
+        global _park_requested
+        first = reserve(count, overwrite=overwrite)
+        if _park_requested:
+            _park_requested = False
+            os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator resumes or kills us
+        return first
+
+    queue.appender.reserve = reserve_then_park  # type: ignore[method-assign]
+    signal.signal(signal.SIGUSR1, _park_next)
+
+
 def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
+    _parking(queue)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
     sequence = 0
@@ -108,7 +148,11 @@ def _consumer(url: str, name: str, history: str, tag: str, deadline: float, seed
     queue = _open(url, name)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
+    closed = 0
     while time.monotonic() < deadline:
+        if queue.stats().holes_closed != closed:  # said as it happens: a consumer may be killed
+            closed = queue.stats().holes_closed
+            Path(f"{history}.holes").write_text(str(closed))
         count = 1 if rng.random() < 0.5 else rng.randint(2, 8)
         op = writer.invoke("dequeue", max_entries=count)
         try:
@@ -147,6 +191,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         capacity=config.capacity,
         slots_per_record=config.slots_per_record,
         lock_ttl=config.lock_ttl,
+        appends=config.appends,
+        hole_timeout=config.hole_timeout,
     )
     context = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + config.duration + 3.0  # + interpreter start-up
@@ -171,7 +217,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     for index in range(config.consumers):
         start("c", index)
     try:
-        pauses, kills = _inject_faults(config, rng, workers, start, deadline, log)
+        faults = _inject_faults(config, rng, workers, start, deadline, log)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
         for _, _, process in workers.values():
             if process.is_alive():
@@ -188,10 +234,27 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     Queue.delete(store, name)
     calls = read_calls(sorted(histories.glob("*.jsonl")))
     operations = sum(1 for call in calls if call.outcome == "ok")
-    report = TortureReport(operations=operations, pauses=pauses, kills=kills, verdict=check(calls))
+    holes = sum(int(path.read_text()) for path in histories.glob("*.holes"))
+    report = TortureReport(
+        operations=operations,
+        pauses=faults["pause"],
+        kills=faults["kill"],
+        parked_pauses=faults["park-pause"],
+        parked_kills=faults["park-kill"],
+        holes_closed=holes,
+        # a reservation killed or paused before its publish hides entries until consumers close it
+        verdict=check(
+            calls, hole_grace=3 * config.hole_timeout + 1.0 if config.appends == "reserve" else None
+        ),
+    )
     for line in report.lines():
         log(line)
     return report
+
+
+def _hole_grace(config: TortureConfig) -> float | None:
+    """How long a reservation killed or paused before its publish may hide entries (until closed)."""
+    return 3 * config.hole_timeout + 1.0 if config.appends == "reserve" else None
 
 
 def _inject_faults(
@@ -201,11 +264,13 @@ def _inject_faults(
     start: Any,
     deadline: float,
     log: Any,
-) -> tuple[int, int]:
-    """Pause and kill workers until the deadline, saying how it goes every few seconds."""
+) -> dict[str, int]:
+    """Pause and kill workers until the deadline, saying how it goes every few seconds; counts by kind."""
     enabled = [kind for kind, on in (("pause", config.pauses), ("kill", config.kills)) if on]
+    if config.appends == "reserve":
+        enabled += [f"park-{kind}" for kind in enabled]
     faults = itertools.cycle(enabled or ["none"])  # alternate, so a short run sees every kind
-    pauses = kills = 0
+    counts = dict.fromkeys(("pause", "kill", "park-pause", "park-kill", "none"), 0)
     began = time.monotonic()
     said = began
     time.sleep(3.0)
@@ -213,25 +278,52 @@ def _inject_faults(
         if time.monotonic() - said >= PROGRESS_EVERY:
             said = time.monotonic()
             alive = sum(process.is_alive() for _, _, process in workers.values())
-            log(f"{said - began:4.0f} s: {pauses} pauses, {kills} kills so far; {alive} workers running")
+            log(
+                f"{said - began:4.0f} s: {counts['pause'] + counts['park-pause']} pauses,"
+                f" {counts['kill'] + counts['park-kill']} kills so far; {alive} workers running"
+            )
         time.sleep(config.fault_interval * rng.uniform(0.5, 1.5))
-        live = [tag for tag, (_, _, process) in workers.items() if process.is_alive()]
+        fault = next(faults)
+        parking = fault.startswith("park-")
+        live = [
+            tag
+            for tag, (role, _, process) in workers.items()
+            if process.is_alive() and (role == "p" or not parking)
+        ]
         if not live:
             break
         tag = rng.choice(live)
         role, index, process = workers[tag]
-        fault = next(faults)
-        if fault == "pause":
-            os.kill(process.pid, signal.SIGSTOP)
-            time.sleep(config.lock_ttl * rng.uniform(1.5, 3.0))
+        if parking:
+            os.kill(process.pid, signal.SIGUSR1)
+            if not _wait_stopped(process.pid, timeout=2.0):
+                continue  # it did not reserve meanwhile (blocked on a full queue, say)
+        if fault.endswith("pause"):
+            if not parking:
+                os.kill(process.pid, signal.SIGSTOP)
+            pause = (config.hole_timeout if parking else config.lock_ttl) * rng.uniform(1.5, 3.0)
+            time.sleep(pause)
             os.kill(process.pid, signal.SIGCONT)
-            pauses += 1
-        elif fault == "kill":
+        elif fault.endswith("kill"):
             os.kill(process.pid, signal.SIGKILL)
             process.join()
-            kills += 1
             start(role, index)
-    return pauses, kills
+        counts[fault] += 1
+    return counts
+
+
+def _wait_stopped(pid: int, *, timeout: float) -> bool:
+    """True once process ``pid`` is stopped (state T), within ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state in ("T", "t"):
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def _drain(url: str, name: str, history: Path) -> None:

@@ -140,6 +140,8 @@ def _torture(args: argparse.Namespace) -> int:
             pauses=not args.no_pauses,
             kills=not args.no_kills,
             seed=args.seed,
+            appends=args.appends,
+            hole_timeout=args.hole_timeout,
         )
         try:
             report = _torture.run(config, directory=args.histories)
@@ -243,6 +245,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     torture.add_argument("--no-pauses", action="store_true", help="do not SIGSTOP workers")
     torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
+    torture.add_argument(
+        "--appends",
+        choices=("lock", "reserve"),
+        default="lock",
+        help="how producers append: under the lock, or by reserving offsets (then producers are also"
+        " stopped between reserve and publish)",
+    )
+    torture.add_argument(
+        "--hole-timeout", type=_positive_float, default=0.5, help="seconds (with --appends reserve)"
+    )
     torture.add_argument("--seed", type=int, default=0, help="seed of the workload and the faults")
     torture.add_argument("--histories", help="keep the history files in this directory")
     bench = command("bench", "throughput, round trips and client CPU per operation, against floors")

@@ -179,3 +179,29 @@ def rec_set(index: int, slots: list) -> object:  # type: ignore[type-arg]
     from large_queue.backends import ListSetRange
 
     return ListSetRange(rec.SLOTS, index, slots)
+
+
+def test_a_timed_out_publish_whose_slot_was_reused_since_is_unknown_not_closed(store: Store) -> None:
+    from large_queue.errors import BackendTimeoutError, OutcomeUnknownError
+
+    queue, _ = reserving(store, capacity=3, slots_per_record=3)
+    other = Queue.open(store.backend, queue.name)
+    original = queue.backend.operate
+    sent = []
+
+    def applied_then_slow_reply(key, operations, **kwargs):  # type: ignore[no-untyped-def]
+        result = original(key, operations, **kwargs)
+        if key.user_key.startswith("queue-buffer") and not sent:
+            sent.append(key)  # applied; while the reply is late, it is consumed and its slot reused
+            assert values(other.dequeue_batch(5)) == ["first"]
+            other.enqueue_batch(["a", "b", "c"])
+            raise BackendTimeoutError("injected: the reply was lost", code=9, in_doubt=True)
+        return result
+
+    queue.backend.operate = applied_then_slow_reply  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OutcomeUnknownError, match="may have been applied"):
+            queue.enqueue("first")
+    finally:
+        queue.backend.operate = original  # type: ignore[method-assign]
+    assert values(queue.dequeue_batch(5)) == ["a", "b", "c"]

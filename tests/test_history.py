@@ -90,3 +90,18 @@ def test_histories_round_trip_through_files(tmp_path: Path) -> None:
         history.write('{"type": "ok", "id": 2, "cut sh')  # a torn last line
     calls = read_calls([tmp_path / "p.jsonl"])
     assert [(c.op, c.outcome) for c in calls] == [("enqueue", "ok"), ("enqueue", None)]
+
+
+def test_a_reservation_left_unpublished_excuses_empty_dequeues_only_for_the_hole_grace() -> None:
+    history = [
+        enqueue("p", ["p:0"], 0, 1.0),
+        enqueue("q", ["q:0"], None, 1.5, outcome=None),  # killed between reserve and publish
+        dequeue("c", [], 2.0),  # the hole at offset 1 hides nothing yet... but p:0 is there
+        dequeue("c", [], 9.0),  # long after the hole should have been closed
+        dequeue("c", [[0, "p:0"]], 10.0),
+    ]
+    under_the_lock = check(history)
+    assert under_the_lock.anomalies["false empties"] == 2
+    reserving = check(history, hole_grace=2.0)
+    assert reserving.anomalies["false empties"] == 1
+    assert reserving.examples["false empties"] == [("c", 9.0)]

@@ -16,21 +16,25 @@ from pathlib import Path
 import pytest
 
 from large_queue._torture import TortureConfig, run
-from tests.fix_backends import Place
+from tests.fix_backends import APPENDS, Place
 
 SECONDS = float(os.environ.get("LARGE_QUEUE_TORTURE_SECONDS", "8"))
 
 
 @pytest.mark.torture
-def test_torture_finds_no_anomaly(place: Place, tmp_path: Path) -> None:
+@pytest.mark.parametrize("appends", APPENDS)
+def test_torture_finds_no_anomaly(place: Place, tmp_path: Path, appends: str) -> None:
     lines: list[str] = []
     report = run(
-        TortureConfig(url=place.url, duration=SECONDS, fault_interval=0.8, seed=7),
+        TortureConfig(url=place.url, duration=SECONDS, fault_interval=0.5, seed=7, appends=appends),
         directory=str(tmp_path / "histories"),
         log=lines.append,
     )
     print("\n".join(lines))
     assert report.pauses >= 1 and report.kills >= 1, "faults were not injected"
+    if appends == "reserve":
+        assert report.parked_pauses >= 1 and report.parked_kills >= 1, "no producer stopped mid-append"
+        assert report.holes_closed >= 1, "no consumer closed a hole"
     assert report.verdict.enqueues_acknowledged > 1000
     assert report.verdict.ok, "\n".join(lines)
 

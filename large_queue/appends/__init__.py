@@ -265,7 +265,7 @@ class Appender:
                     raise
                 if timed_out and self._holds_entries(record, slots):
                     return  # the timed-out attempt was applied
-                raise self._closed(record, slots) from None
+                raise self._closed(record, slots, timed_out=timed_out) from None
             except errors.RecordNotFoundError:
                 raise self._replaced(created_again=False) from None
 
@@ -287,13 +287,31 @@ class Appender:
             for slot, (_, offset) in zip(got, slots, strict=False)
         ) and len(got) == len(slots)
 
-    def _closed(self, record: int, slots: list[tuple[int, int]]) -> errors.LargeQueueError:
-        """The error for a refused publish, from what its slots hold now."""
+    def _closed(
+        self, record: int, slots: list[tuple[int, int]], *, timed_out: bool
+    ) -> errors.LargeQueueError:
+        """The error for a refused publish, from what its slots hold now.
+
+        A tombstone is certain: it is written only over a slot our publish
+        never reached. A later lap's entry is certain only if no attempt
+        timed out; otherwise our publish may have been applied, read and
+        consumed, and the slot reused since: the outcome is unknown.
+        """
         got = self._read_slots(record, slots)
         newer = any(
             isinstance(slot, list) and slot and type(slot[0]) is int and slot[0] > offset
             for slot, (_, offset) in zip(got, slots, strict=False)
         )
+        if newer and timed_out:
+            self.counters.add(outcomes_unknown=1)
+            return errors.OutcomeUnknownError(
+                f"a publish to queue {self.keys.name!r} timed out, and its slots now hold a later lap's"
+                " entries: it may have been applied (and its entries consumed since) or not",
+                queue=self.keys.name,
+                stage="publishing",
+                detail=f"offsets {slots[0][1]}..{slots[-1][1]} in buffer record {record}",
+                offsets=range(slots[0][1], slots[-1][1] + 1),
+            )
         self.counters.add(reservations_closed=1)
         why = (
             "overwriting producers had already reused its slots"

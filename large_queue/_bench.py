@@ -17,21 +17,25 @@ beside each rate.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tqdm import tqdm
 
-from large_queue import _floor
-from large_queue._stats import QueueStats, combined
+from large_queue import _bench_producers, _floor
+from large_queue._bench_producers import Sample
+from large_queue._stats import QueueStats
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
 from large_queue.queue import Queue
 
 CONCURRENT_ROUNDS = 3
+#: the simulated network round trip of the producer measurements, in seconds
+SIMULATED_ROUND_TRIP = 0.0003
+#: how producers append, in the order the bench measures them
+MODES = ("lock", "reserve")
 #: rounds in which each operation alternates with its floor
 PHASE_ROUNDS = 6
 CONCURRENT_OPERATIONS_FACTOR = 3
@@ -261,56 +265,35 @@ class _Tally:
         )
 
 
-def _producer_process(url: str, name: str, count: int, start_event: Any, results: Any) -> None:
-    queue = Queue.open(connect(url), name)
-    producer = uuid.uuid4().hex[:6]
-    opened = queue.backend.commands  # opening the queue read its metadata: not an enqueue's cost
-    start_event.wait()
-    began, cpu = time.perf_counter(), time.process_time()
-    for n in range(count):
-        queue.enqueue(f"{producer}:{n}")
-    results.put(
-        (
-            time.perf_counter() - began,
-            queue.backend.commands - opened,
-            time.process_time() - cpu,
-            queue.stats(),
+@dataclass(frozen=True, kw_only=True)
+class Scaling:
+    """N producer processes against one, in interleaved rounds: the median round, and every round's ratio."""
+
+    appends: str
+    delay: float
+    processes: int
+    one: Figure
+    many: Figure
+    ratios: list[float]  # concurrent / single aggregate rate, every round, sorted
+    exactly_once: bool
+    many_stats: QueueStats
+
+    def line(self) -> str:
+        """One line of the report."""
+        network = f"{self.delay * 1e6:.0f} us round trip" if self.delay else "store as is"
+        ratios = ", ".join(f"{ratio:.2f}" for ratio in self.ratios)
+        stats = self.many_stats
+        locks = (
+            f"; {stats.lock_waits / max(1, stats.enqueue_calls):.2f} refused lock attempts per enqueue"
+            if self.appends == "lock"
+            else ""
         )
-    )
-
-
-def _concurrent(url: str, processes: int, per_process: int) -> tuple[Figure, bool, QueueStats]:
-    """``processes`` producers enqueue at once; then check every entry arrived exactly once."""
-    backend = connect(url)
-    name = f"bench-conc-{uuid.uuid4().hex[:8]}"
-    queue = Queue.create(backend, name, capacity=processes * per_process, slots_per_record=100)
-    context = multiprocessing.get_context("spawn")
-    start_event, results = context.Event(), context.Queue()
-    workers = [
-        context.Process(target=_producer_process, args=(url, name, per_process, start_event, results))
-        for _ in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    time.sleep(0.5)  # let every interpreter start before the clock does
-    began = time.perf_counter()
-    start_event.set()
-    reports = [results.get() for _ in workers]
-    seconds = time.perf_counter() - began
-    for worker in workers:
-        worker.join()
-    values = [e.value for e in queue.dequeue_batch(processes * per_process)]
-    exact = len(values) == len(set(values)) == processes * per_process
-    Queue.delete(backend, name)
-    figure = Figure(
-        name=f"{processes} producer process(es), single enqueue",
-        operations=processes * per_process,
-        calls=processes * per_process,
-        seconds=seconds,
-        round_trips=sum(commands for _, commands, _, _ in reports),
-        cpu_seconds=sum(cpu for _, _, cpu, _ in reports),
-    )
-    return figure, exact, combined([stats for *_, stats in reports])
+        return (
+            f"{self.processes} producers vs 1 ({self.appends}, {network}): {self.one.rate:,.0f} -> "
+            f"{self.many.rate:,.0f} ops/s = {self.many.rate / self.one.rate:.2f}x (rounds: {ratios}),"
+            f" {self.one.round_trips_per_call:.2f} round trips per enqueue{locks};"
+            f" every entry exactly once: {self.exactly_once}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,11 +304,15 @@ class Report:
     processes: int
     raw: Figure
     figures: list[Figure]
-    one: Figure  # the median round's single producer
-    many: Figure  # ... and its concurrent producers
-    ratios: list[float]  # concurrent / single aggregate rate, every round, sorted
-    exactly_once: bool  # every concurrently produced entry arrived exactly once, in every round
-    many_stats: QueueStats  # the median round's concurrent producers' counters, added up
+    scaling: list[Scaling]
+    producer: Figure | None  # the batching producer object, fed by threads
+    producer_threads: int
+    producer_exact: bool
+
+    @property
+    def exactly_once(self) -> bool:
+        """Every concurrently produced entry arrived exactly once, in every measurement."""
+        return all(scaling.exactly_once for scaling in self.scaling) and self.producer_exact
 
     def lines(self) -> list[str]:
         """The report as printed by ``large-queue bench``."""
@@ -334,21 +321,17 @@ class Report:
             f"{'measure':46} {'rate':>20} {'round trips':>11} {'x raw':>6} {'CPU us':>8} {'x floor':>8}",
             f"{'':46} {'':>20} {'per call':>11} {'rate':>6} {'per call':>8} {'':>8}",
         ]
-        for figure in [self.raw, *self.figures, self.one, self.many]:
+        for figure in [self.raw, *self.figures]:
             lines.append(self._line(figure, figure.floor))
             if figure.floor is not None:
                 lines.append(self._line(figure.floor, None))
-        ratios = ", ".join(f"{ratio:.2f}" for ratio in self.ratios)
-        lines.append(
-            f"{self.processes} producers vs 1: aggregate {self.many.rate / self.one.rate:.2f}x (median of"
-            f" {len(self.ratios)} rounds: {ratios}); every entry exactly once: {self.exactly_once}"
-        )
-        stats = self.many_stats
-        lines.append(
-            f"{self.processes} producers' locks: {stats.lock_waits / max(1, stats.enqueue_calls):.2f} refused"
-            f" attempts per enqueue, {stats.locks_broken} broken, {stats.locks_lost} lost,"
-            f" {stats.outcomes_unknown} in doubt"
-        )
+        if self.producer is not None:
+            lines.append(self._line(self.producer, None))
+            lines.append(
+                f"{'':46} {self.producer.operations / max(1, self.producer.calls):,.1f} entries per"
+                f" enqueue_batch; every entry exactly once: {self.producer_exact}"
+            )
+        lines += [scaling.line() for scaling in self.scaling]
         return lines
 
     def _line(self, figure: Figure, floor: Figure | None) -> str:
@@ -361,6 +344,42 @@ class Report:
         )
 
 
+def _figure(name: str, sample: Sample, unit: str = "ops") -> Figure:
+    return Figure(
+        name=name,
+        operations=sample.entries,
+        calls=sample.calls,
+        seconds=sample.seconds,
+        round_trips=sample.commands,
+        cpu_seconds=sample.cpu_seconds,
+        unit=unit,
+    )
+
+
+def _scaling(url: str, processes: int, total: int, *, appends: str, delay: float) -> Scaling:
+    """One producer against ``processes``, in :data:`CONCURRENT_ROUNDS` interleaved rounds."""
+    rounds = []
+    for _ in range(CONCURRENT_ROUNDS):
+        one, one_exact = _bench_producers.concurrent(url, 1, total, appends=appends, delay=delay)
+        many, many_exact = _bench_producers.concurrent(
+            url, processes, total // processes, appends=appends, delay=delay
+        )
+        rounds.append((many.rate / one.rate, one, many, one_exact and many_exact))
+    rounds.sort(key=lambda round_: round_[0])
+    _, one, many, _ = rounds[len(rounds) // 2]
+    assert many.stats is not None
+    return Scaling(
+        appends=appends,
+        delay=delay,
+        processes=processes,
+        one=_figure("1 producer process, single enqueue", one),
+        many=_figure(f"{processes} producer processes, single enqueue", many),
+        ratios=[ratio for ratio, *_ in rounds],
+        exactly_once=all(exact for *_, exact in rounds),
+        many_stats=many.stats,
+    )
+
+
 def measure(
     url: str,
     *,
@@ -368,59 +387,83 @@ def measure(
     batches: int = 300,
     batch_size: int = 100,
     processes: int = 4,
+    threads: int = 8,
     progress: bool = True,
 ) -> Report:
-    """Run every measurement on the store at ``url``."""
+    """Run every measurement on the store at ``url``.
+
+    The single-process phases run for each way of appending (:data:`MODES`);
+    producer scaling runs for each, on the store as it is and with a
+    simulated network round trip of :data:`SIMULATED_ROUND_TRIP`.
+    """
     backend = connect(url)
     name = f"bench-{uuid.uuid4().hex[:8]}"
     # Room for the largest fill, plus the owner's acked entries still below the
     # queue's head (the shim moves the head in steps, not at every ack).
     capacity = max(operations, batches * batch_size) + operations
     recording = _floor.Recording(backend)
-    names = [f"{name}-{role}" for role in ("timed", "rec", "floor")]
     raw_key = RecordKey(backend.default_namespace, f"{name}-raw", "raw")
+    figures: list[Figure] = []
+    backend.put(raw_key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
     try:
-        queues = [Queue.create(backend, twin, capacity=capacity, slots_per_record=100) for twin in names]
-        twins = _Twins(
-            timed=queues[0],
-            recorded=Queue.open(recording, names[1]),
-            recording=recording,
-            replayed=queues[2],
-            raw_key=raw_key,
-        )
-        backend.put(twins.raw_key, {"n": 0}, mode=WriteMode.CREATE_ONLY)
-        figures = [
-            _run_phase(phase, twins, progress) for phase in _phases(capacity, operations, batches, batch_size)
-        ]
+        for appends in MODES:
+            names = [f"{name}-{appends}-{role}" for role in ("timed", "rec", "floor")]
+            try:
+                queues = [
+                    Queue.create(backend, twin, capacity=capacity, slots_per_record=100, appends=appends)
+                    for twin in names
+                ]
+                twins = _Twins(
+                    timed=queues[0],
+                    recorded=Queue.open(recording, names[1]),
+                    recording=recording,
+                    replayed=queues[2],
+                    raw_key=raw_key,
+                )
+                for phase in _phases(capacity, operations, batches, batch_size):
+                    figure = _run_phase(phase, twins, progress)
+                    if appends != MODES[0]:
+                        figure = replace(figure, name=f"{figure.name}, {appends}")
+                    figures.append(figure)
+            finally:
+                for twin in names:
+                    Queue.delete(backend, twin)
     finally:
         backend.remove(raw_key)
-        for twin in names:
-            Queue.delete(backend, twin)
     every_round = _Tally()
-    for sample in (figure.raw for figure in figures if figure.raw is not None):
-        every_round.add([sample.seconds, sample.cpu_seconds], sample.round_trips)
+    for timed in (figure.raw for figure in figures if figure.raw is not None):
+        every_round.add([timed.seconds, timed.cpu_seconds], timed.round_trips)
     raw = every_round.figure(
         "raw single-record command (all rounds)", every_round.commands, every_round.commands
     )
     # The same number of entries either way (enough that starting and finishing
     # are a small part of a round), in interleaved rounds so that a slow moment
-    # of the machine hits both sides; the median round counts.
+    # of the machine hits both sides; the median round counts. With the
+    # simulated round trip each command costs more: fewer entries suffice.
     total = max(200 * processes, CONCURRENT_OPERATIONS_FACTOR * operations)
-    rounds = []
-    for _ in range(CONCURRENT_ROUNDS):
-        one, one_exact, _ = _concurrent(url, 1, total)
-        many, many_exact, many_stats = _concurrent(url, processes, total // processes)
-        rounds.append((many.rate / one.rate, one, many, one_exact and many_exact, many_stats))
-    rounds.sort(key=lambda round_: round_[0])
-    _, one, many, _, many_stats = rounds[len(rounds) // 2]
+    scaling = [
+        _scaling(
+            url,
+            processes,
+            total if not delay else max(200 * processes, total // 3),
+            appends=appends,
+            delay=delay,
+        )
+        for delay in (0.0, SIMULATED_ROUND_TRIP)
+        for appends in MODES
+    ]
+    per_thread = max(50, CONCURRENT_OPERATIONS_FACTOR * operations * 10 // threads)
+    produced, producer_exact = _bench_producers.producer_object(url, threads, per_thread)
+    producer = replace(
+        _figure(f"producer object, {threads} threads, reserve", produced, unit="entries"), raw=raw
+    )
     return Report(
         store=repr(backend),
         processes=processes,
         raw=raw,
         figures=figures,
-        one=one,
-        many=many,
-        ratios=[ratio for ratio, *_ in rounds],
-        exactly_once=all(exact for *_, exact, _ in rounds),
-        many_stats=many_stats,
+        scaling=scaling,
+        producer=producer,
+        producer_threads=threads,
+        producer_exact=producer_exact,
     )

@@ -35,8 +35,9 @@ from typing import Any
 
 from large_queue import errors
 from large_queue._entries import ENCODINGS, NATIVE, bytes_as_json
+from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS
 from large_queue.backends import connect
-from large_queue.queue import Entry, Queue
+from large_queue.queue import DEFAULT_APPENDS, Entry, Queue
 
 
 def _json_default(value: Any) -> Any:
@@ -212,6 +213,18 @@ def _parser() -> argparse.ArgumentParser:
         default=NATIVE,
         help="how entries are stored: native values (any entry) or JSON text (read by Spark as it is)",
     )
+    create.add_argument(
+        "--appends",
+        choices=(RESERVED_APPENDS, LOCKED_APPENDS),
+        default=DEFAULT_APPENDS,
+        help="how producers append: reserving offsets (2 round trips, no lock) or under the queue lock (3)",
+    )
+    create.add_argument(
+        "--hole-timeout",
+        type=_positive_float,
+        default=2.0,
+        help="seconds readers wait on an unpublished reservation before closing it (--appends reserve)",
+    )
     command("list", "list the queues of the namespace")
     command("compact", "shrink an embedded store's file to what it holds (rewrites the whole file)")
     for name, text in [
@@ -322,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     lock_ttl=args.lock_ttl,
                     record_size_limit=args.record_size_limit,
                     encoding=args.encoding,
+                    appends=args.appends,
+                    hole_timeout=args.hole_timeout,
                 ).info()
             )
         elif args.command == "compact":

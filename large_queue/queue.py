@@ -52,6 +52,7 @@ from large_queue.lock import LockGrant, LockPolicy, QueueLock
 
 if TYPE_CHECKING:
     from large_queue.cluster import Consumer
+    from large_queue.producer import Producer
 
 log = logging.getLogger("large_queue")
 
@@ -222,7 +223,7 @@ class Queue:
         lock_policy: LockPolicy = LockPolicy(),
         encoding: str = NATIVE,
         appends: str = DEFAULT_APPENDS,
-        hole_timeout: float = 5.0,
+        hole_timeout: float = 2.0,
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
@@ -383,6 +384,28 @@ class Queue:
             ]
             grant, _ = self._buffer_command(grant, record, writes, read=None)
         return grant, max(head, new_tail - self.capacity), new_tail
+
+    def producer(
+        self,
+        *,
+        linger: float = 0.005,
+        max_batch: int = 500,
+        max_pending: int = 10_000,
+        overwrite_if_full: bool = False,
+    ) -> Producer:
+        """A producer that appends single entries sent from many threads in batches.
+
+        Use it as a context manager; see :class:`large_queue.producer.Producer`.
+        """
+        from large_queue.producer import Producer
+
+        return Producer(
+            self,
+            linger=linger,
+            max_batch=max_batch,
+            max_pending=max_pending,
+            overwrite_if_full=overwrite_if_full,
+        )
 
     # --- consuming -------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ from large_queue.backends.conditions import (
     Bound,
     Condition,
     IntBin,
-    ListInt,
+    ListRangeMax,
     Param,
     StrBin,
     all_of,
@@ -92,22 +92,41 @@ _ROOM = all_of(_SAME_QUEUE, le(sub(IntBin(rec.TAIL), IntBin(rec.HEAD)), Param("r
 _PAST_OLDEST = max_of(IntBin(rec.HEAD), sub(IntBin(rec.TAIL), Param("capacity")))
 
 
-@functools.lru_cache(maxsize=256)
-def _slots_below(count: int) -> And:
-    """Template: the queue is the one opened, and slot ``i<k>`` holds an offset below ``o<k>``, for each k."""
+@functools.lru_cache(maxsize=16)
+def _runs_below(count: int) -> And:
+    """Template: the queue is the one opened, and for each run k of slots (from ``i<k>``, ``n<k>``
+    of them) every slot holds an offset below ``o<k>``, the run's first offset.
+
+    One comparison a run, whatever its length: the greatest slot of the run
+    (slots compare by their leading offset) must hold an offset below the
+    run's first. In every state a slot can be in, that is the same as each
+    slot holding an offset below its own: an older lap's entry or tombstone
+    lies a whole capacity below, an empty slot holds -1, and a tombstone or
+    entry of this lap (or a later one) holds at least the run's first offset.
+    """
     return all_of(
         _SAME_QUEUE,
-        *(lt(ListInt(rec.SLOTS, Param(f"i{k}"), 0), Param(f"o{k}")) for k in range(count)),
+        *(lt(ListRangeMax(rec.SLOTS, Param(f"i{k}"), Param(f"n{k}")), Param(f"o{k}")) for k in range(count)),
     )
 
 
 def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition:
-    """Guard: each ``(slot index, offset)`` pair's slot holds an offset below it (another lap's, or none)."""
+    """Guard: each ``(slot index, offset)`` pair's slot holds an offset below it (another lap's, or none).
+
+    The pairs come in runs of consecutive slots and offsets; each run is one comparison.
+    """
+    runs: list[list[int]] = []  # [first slot, count, first offset]
+    for index, offset in slots:
+        if runs and index == runs[-1][0] + runs[-1][1] and offset == runs[-1][2] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([index, 1, offset])
     values: dict[str, int | str] = {"incarnation": incarnation}
-    for k, (index, offset) in enumerate(slots):
+    for k, (index, count, offset) in enumerate(runs):
         values[f"i{k}"] = index
+        values[f"n{k}"] = count
         values[f"o{k}"] = offset
-    return Bound(_slots_below(len(slots)), values)
+    return Bound(_runs_below(len(runs)), values)
 
 
 def tombstone(offset: int) -> list[int]:

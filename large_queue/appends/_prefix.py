@@ -77,15 +77,19 @@ def settle(
     stop: int,
     slot_at: Callable[[int], Any],
     fetch: Callable[[int], Any],
+    verdicts: dict[int, str] | None = None,
 ) -> Settled:
     """Settle offsets ``[start, stop)`` in order.
 
     ``slot_at(o)`` gives the slot read for ``o`` in the range; ``fetch(e)``
     reads the slot of a batch's last offset ``e`` beyond the range (one
-    command; only spanning batches need it). ``ValueError`` for a malformed slot.
+    command; only spanning batches need it). ``verdicts`` keeps what such
+    slots said across calls (published and closed are final; pending is not
+    kept). ``ValueError`` for a malformed slot.
     """
     settled = Settled(start=start, end=stop)
-    verdicts: dict[int, str] = {}
+    if verdicts is None:
+        verdicts = {}
     closed_through = (
         -1
     )  # the last offset of a closed spanning batch seen: its unpublished parts are closed too
@@ -94,7 +98,8 @@ def settle(
         kind, last = kind_of(offset, slot)
         if kind == ENTRY and last is not None:
             kind = verdicts.get(last) or _verdict(last, start, stop, slot_at, fetch)
-            verdicts[last] = kind
+            if kind != PENDING:
+                verdicts[last] = kind
             if kind == PENDING:
                 settled.waiting_on = last
             elif kind == CLOSED:

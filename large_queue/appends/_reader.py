@@ -43,6 +43,8 @@ class PrefixReader:
         self.appender = appender
         self.watch = watch
         self.counters = counters
+        #: how the spanning batches met so far settled, by last offset (final, so kept)
+        self.verdicts: dict[int, str] = {}
 
     def corrupt(self, offset: int, problem: str) -> errors.CorruptQueueError:
         """The error for a malformed slot."""
@@ -70,8 +72,10 @@ class PrefixReader:
 
         A malformed slot is ``CorruptQueueError``.
         """
+        if len(self.verdicts) > 10_000:
+            self.verdicts.clear()
         try:
-            return settle(start, stop, slot_at, self.fetch)
+            return settle(start, stop, slot_at, self.fetch, self.verdicts)
         except ValueError as exc:
             raise self.corrupt(start, str(exc)) from None
 

@@ -150,8 +150,11 @@ _ARITHMETIC_OF_TWO = {
 _LIST_INT_HEAD = exp.ListGetByIndex(
     None, aerospike.LIST_RETURN_VALUE, exp.ResultType.INTEGER, 0, exp.ListBin("x")
 ).compile()[0]
-_LIST_LIST_HEAD = exp.ListGetByIndex(
-    None, aerospike.LIST_RETURN_VALUE, exp.ResultType.LIST, 0, exp.ListBin("x")
+_RANK_LIST_HEAD = exp.ListGetByRank(
+    None, aerospike.LIST_RETURN_VALUE, exp.ResultType.LIST, -1, exp.ListBin("x")
+).compile()[0]
+_INDEX_RANGE_HEAD = exp.ListGetByIndexRange(
+    None, aerospike.LIST_RETURN_VALUE, 0, 1, exp.ListBin("x")
 ).compile()[0]
 
 
@@ -223,17 +226,13 @@ def _emit(node: Any, out: list[Any]) -> None:
         for part in node.parts:
             _emit(part, out)
         out.append(end)
+    elif isinstance(node, c.ListRangeMax):  # [0] of the top-ranked item of the range
+        out.extend([_LIST_INT_HEAD, _value(0), _RANK_LIST_HEAD, _value(-1), _INDEX_RANGE_HEAD])
+        _emit(node.index, out)
+        _emit(node.count, out)
+        out.append(_bin_leaf("ListBin", node.name))
     elif isinstance(node, c.NowMs):
         out.extend(_NOW_MS)
-    elif isinstance(node, c.ListInt):
-        if node.inner is not None:  # the int at [inner] of the list at [index]
-            out.append(_LIST_INT_HEAD)
-            out.append(_value(node.inner))
-            out.append(_LIST_LIST_HEAD)
-        else:
-            out.append(_LIST_INT_HEAD)
-        _emit(node.index, out)
-        out.append(_bin_leaf("ListBin", node.name))
     elif isinstance(node, c.Not):
         out.append(_NOT_HEAD)
         _emit(node.part, out)

@@ -55,15 +55,17 @@ class NowMs:
 
 
 @dataclass(frozen=True)
-class ListInt:
-    """The integer at position ``index`` of a list bin, or at ``inner`` of the list there.
+class ListRangeMax:
+    """The leading integer of the greatest of items ``[index, index + count)`` of a list bin.
 
-    Unknown if the bin is missing, a position is out of range, or the value there is not an int.
+    The items are lists led by an integer (lists compare element by element,
+    so the greatest is the one with the largest leading integer). Unknown if
+    the bin is missing, the range is empty or an item is not such a list.
     """
 
     name: str
     index: Any
-    inner: int | None = None
+    count: Any
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class Param:
     name: str
 
 
-Operand = IntBin | StrBin | SinceUpdateMs | NowMs | ListInt | Arith | Param | int | str
+Operand = IntBin | StrBin | SinceUpdateMs | NowMs | ListRangeMax | Arith | Param | int | str
 
 
 @dataclass(frozen=True)
@@ -259,17 +261,16 @@ def value_of(
         return clock.since_update_ms
     if isinstance(operand, NowMs):
         return clock.now_ms
-    if isinstance(operand, ListInt):
+    if isinstance(operand, ListRangeMax):
         items = bins.get(operand.name)
         index = value_of(operand.index, bins, clock, params)
-        if type(items) is not list or type(index) is not int or not 0 <= index < len(items):
+        count = value_of(operand.count, bins, clock, params)
+        if type(items) is not list or type(index) is not int or type(count) is not int or index < 0:
             return UNKNOWN
-        item = items[index]
-        if operand.inner is not None:
-            if type(item) is not list or not 0 <= operand.inner < len(item):
-                return UNKNOWN
-            item = item[operand.inner]
-        return item if type(item) is int else UNKNOWN
+        chosen = items[index : index + count]
+        if not chosen or not all(type(item) is list and item and type(item[0]) is int for item in chosen):
+            return UNKNOWN
+        return max(item[0] for item in chosen)
     if isinstance(operand, Arith):
         values = [value_of(part, bins, clock, params) for part in operand.parts]
         if any(type(value) is not int for value in values):

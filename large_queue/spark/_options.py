@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from large_queue import errors
 from large_queue._entries import ENCODINGS, NATIVE, check_encoding
-from large_queue._records import QueueShape
+from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS, QueueShape
 
 VALUE_FORMATS = ("json", "binary")
 #: what a writer also takes: keep a string value column as it is, a string entry
@@ -33,6 +33,7 @@ OPTIONS = (
     "capacity",
     "slotsPerRecord",
     "entryEncoding",
+    "appends",
 )
 # options Spark itself may hand to a data source with the user's
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -106,6 +107,7 @@ class SourceOptions:
     capacity: int | None
     slots_per_record: int | None
     entry_encoding: str
+    appends: str | None  # for createIfMissing: how the new queue's producers append (None: the default)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -144,7 +146,17 @@ class SourceOptions:
             capacity=_integer(lowered, "capacity", None, minimum=1),
             slots_per_record=_integer(lowered, "slotsPerRecord", None, minimum=1),
             entry_encoding=_entry_encoding(lowered),
+            appends=_appends(lowered),
         )
+
+
+def _appends(lowered: Mapping[str, str]) -> str | None:
+    given = lowered.get("appends")
+    if given is not None and given.lower() not in (LOCKED_APPENDS, RESERVED_APPENDS):
+        raise errors.InvalidArgumentError(
+            f"option appends={given!r} must be {RESERVED_APPENDS!r} or {LOCKED_APPENDS!r}"
+        )
+    return given.lower() if given is not None else None
 
 
 def _entry_encoding(lowered: Mapping[str, str]) -> str:

@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 from large_queue import errors
 from large_queue.appends._prefix import HoleWatch
 from large_queue.backends import Backend, connect
-from large_queue.queue import Queue
+from large_queue.queue import DEFAULT_APPENDS, Queue
 from large_queue.spark._arrow import read_segment
 from large_queue.spark._options import SourceOptions, check_range, data_loss, for_reading, resolve, segments
 
@@ -276,6 +276,7 @@ def _prepare_queue(options: SourceOptions) -> None:
                 slots_per_record=options.slots_per_record,
                 namespace=options.namespace,
                 encoding=options.entry_encoding,
+                appends=options.appends or DEFAULT_APPENDS,
             )
 
 

@@ -1,0 +1,155 @@
+"""The benchmark's producer measurements: many producer processes at once, and the batching producer.
+
+Producer processes each enqueue single entries; the figure that matters is
+the aggregate rate of N processes over that of one, in interleaved rounds
+(the median round counts), with every entry then checked to have arrived
+exactly once. Run as well with a simulated network round trip: every store
+command is delayed by a fixed time before it is sent (the store's own work
+is unchanged), which is what producers on other machines see and what
+makes waiting on a lock cost what it costs in production.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from large_queue._stats import QueueStats, combined
+from large_queue.backends import Backend, connect
+from large_queue.backends._delegating import Delegating
+from large_queue.queue import Queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """Producers' work in one round: entries, seconds, commands and CPU seconds, and their counters."""
+
+    entries: int
+    calls: int
+    seconds: float
+    commands: int
+    cpu_seconds: float
+    stats: QueueStats | None = None
+
+    @property
+    def rate(self) -> float:
+        """Entries per second."""
+        return self.entries / self.seconds if self.seconds else 0.0
+
+
+class Delayed(Delegating):
+    """Sleeps ``delay`` seconds before each command: a network round trip the store does not see."""
+
+    def __init__(self, inner: Backend, delay: float) -> None:
+        super().__init__(inner)
+        self.delay = delay
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Wait, then send the command."""
+        time.sleep(self.delay)
+        return super().relay(method, *args, **kwargs)
+
+
+def _store(url: str, delay: float) -> Backend:
+    backend = connect(url)
+    return Delayed(backend, delay) if delay else backend
+
+
+def _producer_process(url: str, name: str, count: int, delay: float, start_event: Any, results: Any) -> None:
+    queue = Queue.open(_store(url, delay), name)
+    producer = uuid.uuid4().hex[:6]
+    opened = queue.backend.commands  # opening the queue read its metadata: not an enqueue's cost
+    start_event.wait()
+    began, cpu = time.perf_counter(), time.process_time()
+    for n in range(count):
+        queue.enqueue(f"{producer}:{n}")
+    results.put(
+        (
+            time.perf_counter() - began,
+            queue.backend.commands - opened,
+            time.process_time() - cpu,
+            queue.stats(),
+        )
+    )
+
+
+def concurrent(
+    url: str, processes: int, per_process: int, *, appends: str, delay: float = 0.0
+) -> tuple[Sample, bool]:
+    """``processes`` producers enqueue at once; then check every entry arrived exactly once."""
+    backend = connect(url)
+    name = f"bench-conc-{uuid.uuid4().hex[:8]}"
+    queue = Queue.create(
+        backend, name, capacity=processes * per_process, slots_per_record=100, appends=appends
+    )
+    context = multiprocessing.get_context("spawn")
+    start_event, results = context.Event(), context.Queue()
+    workers = [
+        context.Process(target=_producer_process, args=(url, name, per_process, delay, start_event, results))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.5)  # let every interpreter start before the clock does
+    began = time.perf_counter()
+    start_event.set()
+    reports = [results.get() for _ in workers]
+    seconds = time.perf_counter() - began
+    for worker in workers:
+        worker.join()
+    values = [e.value for e in queue.dequeue_batch(processes * per_process)]
+    exact = len(values) == len(set(values)) == processes * per_process
+    Queue.delete(backend, name)
+    sample = Sample(
+        entries=processes * per_process,
+        calls=processes * per_process,
+        seconds=seconds,
+        commands=sum(commands for _, commands, _, _ in reports),
+        cpu_seconds=sum(cpu for _, _, cpu, _ in reports),
+        stats=combined([stats for *_, stats in reports]),
+    )
+    return sample, exact
+
+
+def producer_object(url: str, threads: int, per_thread: int, *, max_batch: int = 500) -> tuple[Sample, bool]:
+    """``threads`` application threads send single entries through one producer object."""
+    backend = connect(url)
+    name = f"bench-producer-{uuid.uuid4().hex[:8]}"
+    total = threads * per_thread
+    queue = Queue.create(backend, name, capacity=total, slots_per_record=100, appends="reserve")
+    offsets: list[list[int]] = [[] for _ in range(threads)]
+    opened = backend.commands
+    with queue.producer(max_batch=max_batch) as producer:
+
+        def send(index: int) -> None:
+            futures = [producer.send({"t": index, "n": n}) for n in range(per_thread)]
+            offsets[index] = [future.result() for future in futures]
+
+        workers = [threading.Thread(target=send, args=(index,)) for index in range(threads)]
+        began, cpu = time.perf_counter(), time.process_time()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        producer.flush()
+        seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
+    commands = backend.commands - opened
+    stats = queue.stats()
+    entries = queue.dequeue_batch(total)
+    exact = (
+        sorted(o for each in offsets for o in each) == sorted(e.offset for e in entries)
+        and len(entries) == total
+    )
+    Queue.delete(backend, name)
+    return Sample(
+        entries=total,
+        calls=stats.enqueue_calls,
+        seconds=seconds,
+        commands=commands,
+        cpu_seconds=cpu_seconds,
+        stats=stats,
+    ), exact

@@ -34,16 +34,14 @@ from large_queue._entries import NATIVE, check_entries, decode_entry
 from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
-from large_queue.appends import Appender
+from large_queue.appends import Appender, slot_writes
 from large_queue.appends._prefix import HoleWatch, Settled
 from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
     Backend,
     ListGetRange,
-    ListSetRange,
     Operation,
     RecordKey,
-    Write,
     connect,
 )
 from large_queue.backends.conditions import Condition
@@ -658,17 +656,12 @@ class Queue:
 
     # --- buffer access under the lock ------------------------------------------------------
 
-    def _slot_writes(self, first_slot: int, slots: list[Any]) -> ListSetRange | Write:
-        """The operation that sets a run of slots: the whole bin when the run is the whole record.
-
-        Replacing the bin spares Aerospike a list edit (and the client half the operations).
-        """
-        if first_slot == 0 and len(slots) == self.shape.slots_per_record:
-            return Write(rec.SLOTS, slots)
-        return ListSetRange(rec.SLOTS, first_slot, slots)
+    def _slot_writes(self, first_slot: int, slots: list[Any]) -> Operation:
+        """The operation that sets a run of slots (see :func:`large_queue.appends.slot_writes`)."""
+        return slot_writes(first_slot, slots, self.shape.slots_per_record)
 
     def _buffer_command(
-        self, grant: LockGrant, record: int, writes: list[ListSetRange | Write], *, read: ListGetRange | None
+        self, grant: LockGrant, record: int, writes: list[Operation], *, read: ListGetRange | None
     ) -> tuple[LockGrant, list[Any]]:
         """One command on a buffer record under the lock, renewing the lock first when due.
 
@@ -680,7 +673,7 @@ class Queue:
         return grant, self._fenced_command(grant, record, writes, read=read)
 
     def _fenced_command(
-        self, grant: LockGrant, record: int, writes: list[ListSetRange | Write], *, read: ListGetRange | None
+        self, grant: LockGrant, record: int, writes: list[Operation], *, read: ListGetRange | None
     ) -> list[Any]:
         """Fenced writes, then a read, on one buffer record; returns the slots read.
 

@@ -12,7 +12,7 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue import _records as rec
-from large_queue.backends import ListSetRange, WriteMode
+from large_queue.backends import ListSet, ListSetRange, WriteMode
 from large_queue.backends.faults import FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError
 from tests.fix_backends import SECOND_NAMESPACE, Store
@@ -150,8 +150,10 @@ def test_each_dequeue_erases_only_the_slots_it_newly_passes(store: Store) -> Non
         queue.dequeue()
         (buffer_command,) = [call for call in faulty.calls if call.is_buffer]
         ranges = [op for op in buffer_command.operations if isinstance(op, ListSetRange)]
-        erased_per_dequeue.append(sum(len(op.values) for op in ranges))
+        singles = [op for op in buffer_command.operations if isinstance(op, ListSet)]
+        erased_per_dequeue.append(sum(len(op.values) for op in ranges) + len(singles))
         assert all(value is None for op in ranges for value in op.values)
+        assert all(op.value is None for op in singles)
     assert erased_per_dequeue == [0] + [1] * 8  # each erases its predecessor's slot, once
     queue.dequeue_batch(5)  # offsets 9..13: erases slot 8 of record 0, nothing it delivers
     slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]

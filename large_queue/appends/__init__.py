@@ -61,6 +61,7 @@ from large_queue.backends import (
     Compute,
     Increment,
     ListGetRange,
+    ListSet,
     ListSetRange,
     Operation,
     Read,
@@ -127,6 +128,19 @@ def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition
         values[f"n{k}"] = count
         values[f"o{k}"] = offset
     return Bound(_runs_below(len(runs)), values)
+
+
+def slot_writes(first_slot: int, slots: list[Any], slots_per_record: int) -> Operation:
+    """The operation that sets a run of slots: the whole bin when the run is the whole record.
+
+    A single slot is one list operation (a range is two on Aerospike: remove
+    and insert); a whole record spares Aerospike a list edit.
+    """
+    if first_slot == 0 and len(slots) == slots_per_record:
+        return Write(rec.SLOTS, slots)
+    if len(slots) == 1:
+        return ListSet(rec.SLOTS, first_slot, slots[0])
+    return ListSetRange(rec.SLOTS, first_slot, slots)
 
 
 def tombstone(offset: int) -> list[int]:
@@ -232,10 +246,7 @@ class Appender:
                     content = [[o, values[o - first], now_ms] for o in run]
                 start = self.shape.slot_of(run.start)
                 slots.extend((start + k, o) for k, o in enumerate(run))
-                if start == 0 and len(run) == self.shape.slots_per_record:
-                    writes.append(Write(rec.SLOTS, content))
-                else:
-                    writes.append(ListSetRange(rec.SLOTS, start, content))
+                writes.append(slot_writes(start, content, self.shape.slots_per_record))
             try:
                 self._put_slots(record, writes, slots, published=True)
             except errors.ReservationClosedError:
@@ -258,7 +269,7 @@ class Appender:
         run = range(start, stop)
         first_slot = self.shape.slot_of(start)
         slots = [(first_slot + k, o) for k, o in enumerate(run)]
-        writes: list[Operation] = [ListSetRange(rec.SLOTS, first_slot, [tombstone(o) for o in run])]
+        writes = [slot_writes(first_slot, [tombstone(o) for o in run], self.shape.slots_per_record)]
         self._put_slots(self.shape.record_of(start), writes, slots, published=False)
         self.counters.add(holes_closed=1)
 

@@ -35,6 +35,7 @@ from large_queue.errors import (
 )
 from large_queue.fencing import FencingToken
 from large_queue.lock import LockPolicy
+from large_queue.producer import Producer
 from large_queue.queue import Entry, Queue, QueueInfo
 
 __version__ = "0.1.0"
@@ -55,6 +56,7 @@ __all__ = [
     "LockPolicy",
     "OutcomeUnknownError",
     "OwnershipLostError",
+    "Producer",
     "Queue",
     "QueueExistsError",
     "QueueFullError",

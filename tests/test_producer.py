@@ -1,0 +1,249 @@
+"""The producer: batches from many threads, order, failures reaching futures, flush, close, back-pressure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from large_queue import (
+    EntryTooLargeError,
+    InvalidArgumentError,
+    Producer,
+    Queue,
+    QueueFullError,
+    ReservationClosedError,
+    UnsupportedEntryError,
+)
+from large_queue import producer as producer_module
+from tests.fix_backends import APPENDS, Place, Store
+
+THREADS = 8
+SENDS_PER_THREAD = 250
+#: long enough that nothing goes before the test flushes or closes
+NEVER = 60.0
+
+
+def drain(queue: Queue) -> list[Any]:
+    """Every entry in the queue, in offset order."""
+    entries = []
+    while batch := queue.dequeue_batch(1000):
+        entries.extend(batch)
+    return entries
+
+
+class Gate:
+    """Holds every ``enqueue_batch`` of a queue until opened, counting the calls."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.enqueue_batch = queue.enqueue_batch
+        self.opened = threading.Event()
+        self.calls = 0
+        queue.enqueue_batch = self  # type: ignore[method-assign,assignment]
+
+    def __call__(self, entries: list[Any], **options: Any) -> range:
+        self.calls += 1
+        self.opened.wait(10)
+        return self.enqueue_batch(entries, **options)
+
+
+@pytest.fixture
+def gated(store: Store) -> Iterator[tuple[Queue, Gate]]:
+    """A queue whose appends wait until the test opens the gate (opened after the test, whatever happens)."""
+    queue = store.new_queue(capacity=30, slots_per_record=5, appends="reserve")
+    gate = Gate(queue)
+    yield queue, gate
+    gate.opened.set()
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_many_threads_keep_their_order_in_few_batches(store: Store, appends: str) -> None:
+    entries = THREADS * SENDS_PER_THREAD
+    queue = store.new_queue(capacity=entries, slots_per_record=100, appends=appends)
+    futures: dict[int, list[Future[int]]] = {}
+    start = threading.Barrier(THREADS)
+
+    def sending(producer: Producer, thread: int) -> None:
+        start.wait()
+        futures[thread] = [producer.send({"thread": thread, "n": n}) for n in range(SENDS_PER_THREAD)]
+
+    with queue.producer(linger=0.02) as producer:
+        workers = [threading.Thread(target=sending, args=(producer, t)) for t in range(THREADS)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    offsets = {t: [future.result(timeout=0) for future in sent] for t, sent in futures.items()}
+    assert sorted(o for sent in offsets.values() for o in sent) == list(range(entries))
+    found = drain(queue)
+    assert [entry.offset for entry in found] == list(range(entries))
+    for thread, sent in offsets.items():
+        mine = [entry for entry in found if entry.value["thread"] == thread]
+        assert [entry.value["n"] for entry in mine] == list(range(SENDS_PER_THREAD))
+        assert [entry.offset for entry in mine] == sent
+    assert queue.stats().enqueue_calls <= entries / 20  # batched
+
+
+def test_a_bad_entry_raises_at_send_and_spoils_nothing(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    with queue.producer(linger=NEVER) as producer:
+        first = producer.send("a")
+        with pytest.raises(UnsupportedEntryError):
+            producer.send(("a", "tuple"))
+        with pytest.raises(EntryTooLargeError):
+            producer.send(b"x" * (queue.max_entry_bytes + 1))
+        second = producer.send("b")
+    assert (first.result(), second.result()) == (0, 1)
+    assert [entry.value for entry in drain(queue)] == ["a", "b"]
+
+
+def test_a_batch_that_does_not_fit_fails_all_its_futures_and_only_them(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(range(4))
+    with queue.producer(linger=NEVER, max_batch=3) as producer:
+        refused = [producer.send(n) for n in ("a", "b", "c")]  # a full batch: it goes at once
+        for future in refused:
+            with pytest.raises(QueueFullError):
+                future.result(timeout=10)
+        fitting = [producer.send(n) for n in ("d", "e")]
+    assert [future.result() for future in fitting] == [4, 5]
+    assert [entry.value for entry in drain(queue)] == [0, 1, 2, 3, "d", "e"]
+
+
+def test_overwriting_producers_drop_the_oldest_entries(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(range(6))
+    with queue.producer(linger=NEVER, overwrite_if_full=True) as producer:
+        futures = [producer.send(n) for n in ("a", "b")]
+    assert [future.result() for future in futures] == [6, 7]
+    assert [entry.value for entry in drain(queue)] == [2, 3, 4, 5, "a", "b"]
+
+
+def test_flush_sends_at_once_and_waits_for_what_was_sent(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    with queue.producer(linger=NEVER) as producer:
+        future = producer.send("a")
+        assert not future.done()  # lingering
+        began = time.monotonic()
+        assert producer.flush(timeout=10) is True
+        assert time.monotonic() - began < 5
+        assert future.result(timeout=0) == 0
+        assert producer.flush() is True  # nothing waits
+
+
+def test_flush_and_close_time_out_while_a_batch_is_held_and_lose_nothing(
+    gated: tuple[Queue, Gate],
+) -> None:
+    queue, gate = gated
+    producer = queue.producer(linger=NEVER)
+    future = producer.send("a")
+    assert producer.flush(timeout=0.05) is False
+    assert producer.close(timeout=0.05) is False
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        producer.send("b")
+    gate.opened.set()
+    assert producer.close(timeout=10) is True
+    assert future.result(timeout=0) == 0
+    assert [entry.value for entry in drain(queue)] == ["a"]
+
+
+def test_send_blocks_while_max_pending_entries_are_unresolved(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    with queue.producer(linger=0, max_pending=2) as producer:
+        held = [producer.send("a"), producer.send("b")]
+        sent: list[Future[int]] = []
+        blocked = threading.Thread(target=lambda: sent.append(producer.send("c")))
+        blocked.start()
+        blocked.join(0.2)
+        assert blocked.is_alive() and not sent
+        gate.opened.set()
+        blocked.join(10)
+        assert [future.result(timeout=10) for future in [*held, *sent]] == [0, 1, 2]
+
+
+def test_close_wakes_a_blocked_send_which_raises(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    producer = queue.producer(linger=0, max_pending=1)
+    held = producer.send("a")
+    raised: list[BaseException] = []
+
+    def sending() -> None:
+        try:
+            producer.send("b")
+        except InvalidArgumentError as exc:
+            raised.append(exc)
+
+    blocked = threading.Thread(target=sending)
+    blocked.start()
+    while gate.calls == 0:
+        time.sleep(0.01)
+    assert producer.close(timeout=0.05) is False
+    blocked.join(10)
+    assert len(raised) == 1
+    gate.opened.set()
+    assert producer.close(timeout=10) is True
+    assert held.result(timeout=0) == 0
+
+
+def test_a_closed_reservation_is_appended_again_a_few_times_at_most(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    enqueue_batch = queue.enqueue_batch
+    refusals = [1]
+
+    def closing(entries: list[Any], **options: Any) -> range:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise ReservationClosedError("closed by a reader")
+        return enqueue_batch(entries, **options)
+
+    monkeypatch.setattr(queue, "enqueue_batch", closing)
+    with queue.producer(linger=NEVER) as producer:
+        first = producer.send("a")
+        assert producer.flush(timeout=10) is True
+        assert first.result(timeout=0) == 0
+        refusals[0] = producer_module.RESERVATION_ATTEMPTS
+        given_up = producer.send("b")
+    with pytest.raises(ReservationClosedError):
+        given_up.result(timeout=0)
+    assert refusals == [0]
+    assert [entry.value for entry in drain(queue)] == ["a"]
+
+
+def test_a_cancelled_future_is_not_written(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    with queue.producer(linger=NEVER) as producer:
+        kept, cancelled = producer.send("a"), producer.send("b")
+        assert cancelled.cancel()
+    assert kept.result(timeout=0) == 0
+    assert [entry.value for entry in drain(queue)] == ["a"]
+
+
+def test_bad_settings_are_refused(store: Store) -> None:
+    queue = store.new_queue()
+    options: dict[str, Any]
+    for options in ({"linger": -1}, {"max_batch": 0}, {"max_pending": 1.5}):
+        with pytest.raises(InvalidArgumentError):
+            queue.producer(**options)
+    with queue.producer(max_batch=10_000) as producer:
+        assert producer.max_batch == queue.capacity
+
+
+def test_a_producer_left_open_writes_what_was_sent_when_the_program_ends(place: Place) -> None:
+    name = place.name("left-open")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    program = (
+        "import large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "producer = queue.producer(linger=0.05)\n"
+        "producer.send('left open')\n"
+    )
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
+    assert [entry.value for entry in drain(Queue.open(place.connect(), name))] == ["left open"]

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from large_queue import errors
+from large_queue._records import LOCKED_APPENDS
 from large_queue.errors import LargeQueueError, QueueError
 from large_queue.queue import Entry, Queue
 
@@ -68,8 +69,13 @@ class LargeQueue:
     ) -> None:
         """Create a queue of at least ``max_size`` entries, ``slots_per_rec`` per buffer record."""
         with _reference_reasons():
-            self.queue = Queue.create(
-                client, q_name, namespace=namespace, capacity=max_size, slots_per_record=slots_per_rec
+            self.queue = Queue.create(  # the reference's protocol: appends under the queue lock
+                client,
+                q_name,
+                namespace=namespace,
+                capacity=max_size,
+                slots_per_record=slots_per_rec,
+                appends=LOCKED_APPENDS,
             )
 
     def initialize_existing_queue(self, client: Any, namespace: str, q_name: str) -> None:

@@ -58,7 +58,7 @@ MAX_TXN_ID_CHARS = 128
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
 #: how new queues append unless told otherwise
-DEFAULT_APPENDS = rec.LOCKED_APPENDS
+DEFAULT_APPENDS = rec.RESERVED_APPENDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -605,11 +605,18 @@ class Queue:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
 
         Where producers append without the lock, ``tail_offset`` is the end of
-        the published prefix (what readers see) and ``reserved_tail`` the
-        end of what producers have reserved.
+        the published prefix (what readers see; short of a buffer record that
+        cannot be read) and ``reserved_tail`` the end of what producers have
+        reserved.
         """
         metadata = self._current_metadata()
-        tail = self._published_tail(metadata) if self.reserved else metadata.tail
+        tail = metadata.tail
+        if self.reserved:
+            try:
+                tail = self._published_tail(metadata)
+            except errors.CorruptQueueError:  # a damaged buffer record: what is known settled
+                log.warning("queue %r: the published prefix ends at a record that cannot be read", self.name)
+                tail = max(metadata.head, metadata.published)
         return QueueInfo(
             name=self.name,
             namespace=self.keys.metadata_namespace,

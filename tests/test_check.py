@@ -25,7 +25,7 @@ def test_a_healthy_queue_passes(store: Store, appends: str) -> None:
 
 
 def test_missing_buffer_record_is_named_and_repaired(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
     queue.enqueue_batch(range(5))
     store.backend.remove(queue.keys.buffer(1))
     report = check_queue(store.backend, queue.name)

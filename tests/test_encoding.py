@@ -98,14 +98,20 @@ def test_bad_encoding_is_refused_before_anything_is_written(store: Store) -> Non
 
 
 def test_encoding_is_kept_in_the_metadata(store: Store) -> None:
-    encoded = store.new_queue(encoding="json")
-    native = store.new_queue()
+    encoded = store.new_queue(encoding="json", appends="lock")
+    native = store.new_queue(appends="lock")
     assert Queue.open(store.backend, encoded.name).encoding == "json" == encoded.info().encoding
     assert Queue.open(store.backend, native.name).encoding == "native" == native.info().encoding
     bins = store.backend.get(encoded.keys.metadata).bins  # type: ignore[union-attr]
     # a library that reads only format 1 refuses the JSON queue rather than handing out its text
     assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.ENCODED_FORMAT_VERSION, "json")
     assert store.backend.get(native.keys.metadata).bins[rec.FORMAT] == rec.FORMAT_VERSION  # type: ignore[union-attr]
+    # a queue whose producers append without the lock is format 3 whatever its encoding
+    for encoding in ("json", "native"):
+        reserving = store.new_queue(encoding=encoding, appends="reserve")
+        bins = store.backend.get(reserving.keys.metadata).bins  # type: ignore[union-attr]
+        assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.RESERVED_FORMAT_VERSION, encoding)
+        assert Queue.open(store.backend, reserving.name).encoding == encoding
 
 
 @pytest.mark.parametrize(

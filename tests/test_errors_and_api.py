@@ -17,11 +17,15 @@ from large_queue.backends.conditions import (
     UNKNOWN,
     BinExists,
     Bound,
+    Clock,
     IntBin,
+    ListRangeMax,
     Not,
+    NowMs,
     Param,
     SinceUpdateMs,
     StrBin,
+    add,
     all_of,
     any_of,
     eq,
@@ -29,6 +33,8 @@ from large_queue.backends.conditions import (
     gt,
     le,
     lt,
+    max_of,
+    sub,
 )
 from large_queue.backends.embedded import EmbeddedBackend
 
@@ -106,12 +112,19 @@ def test_public_functions_have_docstrings() -> None:
     import large_queue.backends.aerospike
     import large_queue.backends.embedded
     import large_queue.backends.faults
+    import large_queue.appends._prefix
+    import large_queue.appends._reader
     import large_queue.cli
     import large_queue.cluster
+    import large_queue.producer
 
     modules = [
         large_queue,
         large_queue.queue,
+        large_queue.producer,
+        large_queue.appends,
+        large_queue.appends._prefix,
+        large_queue.appends._reader,
         large_queue.lock,
         large_queue.fencing,
         large_queue.errors,
@@ -140,18 +153,32 @@ def test_public_functions_have_docstrings() -> None:
     assert missing == []
 
 
+def AT(since_update_ms: int) -> Clock:
+    return Clock(now_ms=0, since_update_ms=since_update_ms)
+
+
 def test_conditions_follow_aerospike_three_valued_logic() -> None:
     bins = {"n": 5, "s": "x"}
-    assert evaluate(eq(IntBin("n"), 5), bins, 0) is True
-    assert evaluate(eq(IntBin("missing"), 5), bins, 0) is UNKNOWN
-    assert evaluate(eq(IntBin("s"), 5), bins, 0) is UNKNOWN  # type mismatch
-    assert evaluate(any_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, 0) is True
-    assert evaluate(all_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, 0) is UNKNOWN
-    assert evaluate(all_of(lt(IntBin("n"), 1), eq(IntBin("missing"), 1)), bins, 0) is False
-    assert evaluate(Not(eq(IntBin("missing"), 1)), bins, 0) is UNKNOWN
-    assert evaluate(gt(SinceUpdateMs(), IntBin("n")), bins, 6) is True
-    assert evaluate(le(SinceUpdateMs(), IntBin("n")), bins, 6) is False
-    assert evaluate(BinExists("s"), bins, 0) is True
+    assert evaluate(eq(IntBin("n"), 5), bins, AT(0)) is True
+    assert evaluate(eq(IntBin("missing"), 5), bins, AT(0)) is UNKNOWN
+    assert evaluate(eq(IntBin("s"), 5), bins, AT(0)) is UNKNOWN  # type mismatch
+    assert evaluate(any_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, AT(0)) is True
+    assert evaluate(all_of(eq(IntBin("missing"), 1), eq(StrBin("s"), "x")), bins, AT(0)) is UNKNOWN
+    assert evaluate(all_of(lt(IntBin("n"), 1), eq(IntBin("missing"), 1)), bins, AT(0)) is False
+    assert evaluate(Not(eq(IntBin("missing"), 1)), bins, AT(0)) is UNKNOWN
+    assert evaluate(gt(SinceUpdateMs(), IntBin("n")), bins, AT(6)) is True
+    assert evaluate(le(SinceUpdateMs(), IntBin("n")), bins, AT(6)) is False
+    assert evaluate(BinExists("s"), bins, AT(0)) is True
+    # arithmetic, the store's clock and list items, unknown where Aerospike's would be
+    assert evaluate(le(sub(IntBin("n"), 2), 3), bins, AT(0)) is True
+    assert evaluate(eq(max_of(IntBin("n"), 9, add(1, 2)), 9), bins, AT(0)) is True
+    assert evaluate(eq(add(IntBin("missing"), 1), 1), bins, AT(0)) is UNKNOWN
+    assert evaluate(gt(sub(NowMs(), IntBin("n")), 994), bins, Clock(now_ms=1000, since_update_ms=0)) is True
+    slots = {"slots": [[-1], [7, "v", 0], [3]], "bad": [[1], None]}
+    assert evaluate(eq(ListRangeMax("slots", 0, 3), 7), slots, AT(0)) is True
+    assert evaluate(lt(ListRangeMax("slots", 2, 1), 4), slots, AT(0)) is True
+    assert evaluate(eq(ListRangeMax("slots", 5, 1), 1), slots, AT(0)) is UNKNOWN  # out of range
+    assert evaluate(eq(ListRangeMax("bad", 0, 2), 1), slots, AT(0)) is UNKNOWN  # an item is no list
 
 
 def test_conditions_compile_to_the_clients_filter_expressions() -> None:
@@ -174,6 +201,22 @@ def test_conditions_compile_to_the_clients_filter_expressions() -> None:
     ).compile()
     assert compile_condition(condition) == expected
     assert compile_condition(eq(IntBin("n"), 5)) == exp.Eq(exp.IntBin("n"), 5).compile()
+    assert (
+        compile_condition(le(sub(NowMs(), max_of(IntBin("a"), add(IntBin("b"), 1))), 3))
+        == exp.LE(
+            exp.Sub(
+                exp.Add(exp.Div(exp.LastUpdateTime(), 1_000_000), exp.SinceUpdateTime()),
+                exp.Max(exp.IntBin("a"), exp.Add(exp.IntBin("b"), 1)),
+            ),
+            3,
+        ).compile()
+    )
+    import aerospike
+
+    items = exp.ListGetByIndexRange(None, aerospike.LIST_RETURN_VALUE, 1, 2, exp.ListBin("slots"))
+    top = exp.ListGetByRank(None, aerospike.LIST_RETURN_VALUE, exp.ResultType.LIST, -1, items)
+    leading = exp.ListGetByIndex(None, aerospike.LIST_RETURN_VALUE, exp.ResultType.INTEGER, 0, top)
+    assert compile_condition(lt(ListRangeMax("slots", 1, 2), 3)) == exp.LT(leading, 3).compile()
 
 
 def test_bound_templates_compile_and_evaluate_as_their_literal_conditions() -> None:
@@ -187,7 +230,7 @@ def test_bound_templates_compile_and_evaluate_as_their_literal_conditions() -> N
         bound = Bound(template, values)
         assert compile_condition(bound) == compile_condition(literal)
         for bins in ({"owner": "a"}, {"c": 5, "x": 1}, {"owner": "b", "c": 2}):
-            assert evaluate(bound, bins, 0) is evaluate(literal, bins, 0)
+            assert evaluate(bound, bins, AT(0)) is evaluate(literal, bins, AT(0))
     with pytest.raises(TypeError, match="bind it"):
         compile_condition(template)
 

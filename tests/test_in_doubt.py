@@ -19,7 +19,7 @@ from tests.fix_backends import Store
 
 @pytest.fixture
 def faulty(store: Store) -> tuple[FaultInjectingBackend, Queue]:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="lock")  # the locked protocol's steps
     backend = FaultInjectingBackend(store.backend)
     return backend, Queue.open(backend, queue.name)
 

@@ -266,7 +266,7 @@ def test_damaged_metadata_is_named(store: Store, damage: dict[str, object], mess
 
 
 def test_missing_buffer_record_is_named_and_lock_released(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
     queue.enqueue("in record 0")
     store.backend.remove(queue.keys.buffer(1))
     with pytest.raises(CorruptQueueError, match=r"buffer record 1 .* is missing"):

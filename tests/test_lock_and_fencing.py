@@ -20,7 +20,7 @@ SHORT_WAIT = LockPolicy(acquire_timeout=0.05, initial_wait=0.001, max_wait=0.01)
 
 
 def test_held_lock_blocks_until_it_expires(store: Store) -> None:
-    queue = store.new_queue(lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    queue = store.new_queue(appends="lock", lock_ttl=TTL, lock_policy=SHORT_WAIT)
     holder = queue.lock.try_acquire("A")
     assert queue.info().lock_owner == "A"
     with pytest.raises(LockNotAcquiredError, match="another holder"):
@@ -33,7 +33,7 @@ def test_held_lock_blocks_until_it_expires(store: Store) -> None:
 
 
 def test_renewal_keeps_the_lock(store: Store) -> None:
-    queue = store.new_queue(lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    queue = store.new_queue(appends="lock", lock_ttl=TTL, lock_policy=SHORT_WAIT)
     holder = queue.lock.try_acquire("A")
     store.advance(TTL * 0.7)
     holder = queue.lock.renew(holder)
@@ -45,7 +45,7 @@ def test_renewal_keeps_the_lock(store: Store) -> None:
 
 
 def test_stale_writer_is_fenced_and_cannot_commit(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, lock_ttl=TTL)
     # t=0: A locks and reads tail=0, then pauses.
     stale = queue.lock.try_acquire("A")
     store.advance(TTL * 2)
@@ -74,7 +74,7 @@ def test_stale_dequeuer_cannot_deliver_twice_or_erase_live_entries(store: Store)
 
 
 def test_stale_writer_on_an_untouched_record_stays_invisible(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, lock_ttl=TTL)
     stale = queue.lock.try_acquire("A")
     store.advance(TTL * 2)
     queue.enqueue("B", txn_id="B")  # record 0
@@ -86,7 +86,7 @@ def test_stale_writer_on_an_untouched_record_stays_invisible(store: Store) -> No
 
 
 def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, lock_ttl=TTL)
     wrapping = Queue.open(store.backend, queue.name, fence_counter_limit=3)
     tokens = []
     for value in range(5):

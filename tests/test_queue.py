@@ -89,7 +89,7 @@ def test_offset_reads_live_dequeued_and_overwritten(store: Store) -> None:
 
 
 def test_batches_span_records_and_cost_one_command_per_record(store: Store) -> None:
-    queue = store.new_queue(capacity=30, slots_per_record=4)  # 8 records
+    queue = store.new_queue(appends="lock", capacity=30, slots_per_record=4)  # 8 records
     queue.enqueue_batch(range(3))
     before = store.backend.commands
     offsets = queue.enqueue_batch(range(3, 13))  # offsets 3..12: records 0, 1, 2, 3
@@ -103,7 +103,7 @@ def test_batches_span_records_and_cost_one_command_per_record(store: Store) -> N
 
 
 def test_single_operations_cost_three_round_trips(store: Store) -> None:
-    queue = store.new_queue()
+    queue = store.new_queue(appends="lock")
     before = store.backend.commands
     queue.enqueue("x")
     assert store.backend.commands - before == 3
@@ -124,7 +124,7 @@ def test_batch_that_wraps_into_its_first_record(store: Store) -> None:
 
 
 def test_dequeued_slots_are_erased(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
     queue.enqueue_batch(["secret-0", "secret-1", "secret-2", "x"])
     queue.dequeue()
     queue.dequeue()  # erases offset 0 (below the head it read)
@@ -142,7 +142,7 @@ def test_dequeued_slots_are_erased(store: Store) -> None:
 
 def test_each_dequeue_erases_only_the_slots_it_newly_passes(store: Store) -> None:
     faulty = FaultInjectingBackend(store.backend)
-    queue = Queue.open(faulty, store.new_queue(capacity=20, slots_per_record=10).name)
+    queue = Queue.open(faulty, store.new_queue(appends="lock", capacity=20, slots_per_record=10).name)
     queue.enqueue_batch(range(20))
     erased_per_dequeue = []
     for _ in range(9):

@@ -69,7 +69,7 @@ def test_reference_full_queue_and_overwrite(store: Store) -> None:
 
 
 def test_reference_reasons_for_the_outcomes_it_named(store: Store) -> None:
-    name = store.new_queue().name
+    name = store.new_queue(appends="lock").name
     with pytest.raises(ASAborted) as exists:
         LargeQueue().create_new_queue(store.backend, "test", name, 10, 3)
     assert exists.value.reason == "Queue already exists"

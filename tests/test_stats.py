@@ -37,7 +37,7 @@ def test_operations_entries_and_commands_are_counted(store: Store) -> None:
 
 
 def test_waits_breaks_and_fencing_refusals_are_counted(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, lock_ttl=TTL)
     waiting = Queue.open(
         store.backend, queue.name, lock_policy=LockPolicy(acquire_timeout=0.05, max_wait=0.01)
     )

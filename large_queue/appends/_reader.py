@@ -94,12 +94,32 @@ class PrefixReader:
                 for run in part
             ]
             self.counters.add(commands=1)
-            for run, found in zip(part, self.backend.batch_read(reads), strict=True):
+            try:
+                answers = self.backend.batch_read(reads)
+            except errors.CorruptRecordError:
+                answers = [self._read_alone(key, operations) for key, operations in reads]
+            for run, found in zip(part, answers, strict=True):
                 got = found.get(rec.SLOTS) if found is not None else None
                 if not isinstance(got, list) or len(got) != len(run):
                     raise self.corrupt(run.start, "the record or its slots are missing")
                 slots.update(zip(run, got, strict=True))
         return self.settle(start, stop, slots.__getitem__)
+
+    def _read_alone(self, key: RecordKey, operations: list[Operation] | None) -> dict[str, Any] | None:
+        """One record of a batch that could not be read, read alone: ``CorruptQueueError`` names it."""
+        self.counters.add(commands=1)
+        try:
+            return self.backend.operate(key, operations or [])
+        except errors.RecordNotFoundError:
+            return None
+        except errors.CorruptRecordError as exc:
+            record = int(key.user_key.removeprefix(rec.BUFFER_KEY_PREFIX))
+            raise errors.CorruptQueueError(
+                f"buffer record {record} of queue {self.keys.name!r} cannot be read ({exc}); readers"
+                " cannot see past it (large-queue check names what is damaged)",
+                queue=self.keys.name,
+                record=record,
+            ) from exc
 
     def close_overdue(self, settled: Settled) -> bool:
         """Close the hole ``settled`` ends at if it has been open past the hole timeout; True if closed.

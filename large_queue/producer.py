@@ -11,7 +11,11 @@ them wait a little, and appends them together::
     offsets = [future.result() for future in futures]
 
 ``send`` checks the entry at once (a bad entry raises in the caller and is
-never queued) and returns a :class:`concurrent.futures.Future`. One
+never queued) and returns an :class:`OffsetFuture` (``result``,
+``exception``, ``done``, ``add_done_callback``, as a
+:class:`concurrent.futures.Future` has them; it cannot be cancelled). The
+futures of one batch share its outcome, so a future costs a small object,
+not a lock of its own: a sent entry costs about what checking it costs. One
 background thread takes the waiting entries, in the order they were sent,
 into one ``queue.enqueue_batch`` call as soon as ``max_batch`` of them wait,
 ``linger`` seconds after the oldest of them was sent, or at once when
@@ -51,7 +55,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -64,10 +68,64 @@ if TYPE_CHECKING:
 
 #: appends of one batch, in all, while readers keep closing its reservation
 RESERVATION_ATTEMPTS = 3
+#: held while a batch is resolved or a callback is added to one, so that each callback runs once
+_RESOLVING = threading.Lock()
 #: seconds between the idle producer thread's looks at whether the main thread has ended
 _IDLE_CHECK_SECONDS = 0.25
 
-_Waiting = tuple[Any, Future[int], float]  # value, its future, when it was sent (monotonic)
+
+class _Batch:
+    """Entries sent together, and the outcome they share: their offsets, or the error that failed them."""
+
+    __slots__ = ("born", "callbacks", "error", "offsets", "resolved", "values")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self.born = 0.0  # monotonic time of its first entry
+        self.resolved = threading.Event()
+        self.offsets: range | None = None
+        self.error: BaseException | None = None
+        self.callbacks: list[Callable[[], object]] = []
+
+
+class OffsetFuture:
+    """The offset one sent entry gets, once its batch is appended (or the error that failed the batch)."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self._batch.error else "done")
+        return f"<OffsetFuture {state}>"
+
+    def done(self) -> bool:
+        """True once the entry's batch is appended or has failed."""
+        return self._batch.resolved.is_set()
+
+    def result(self, timeout: float | None = None) -> int:
+        """The entry's offset; raises the batch's error, or ``TimeoutError`` after ``timeout`` seconds."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        assert self._batch.offsets is not None
+        return self._batch.offsets[self._index]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error that failed the entry's batch, or None; ``TimeoutError`` after ``timeout`` seconds."""
+        if not self._batch.resolved.wait(timeout):
+            raise TimeoutError(f"the entry was not appended within {timeout} s")
+        return self._batch.error
+
+    def add_done_callback(self, callback: Callable[[OffsetFuture], object]) -> None:
+        """Call ``callback(future)`` when the entry's batch is resolved (at once if it is)."""
+        with _RESOLVING:
+            if not self._batch.resolved.is_set():
+                self._batch.callbacks.append(lambda: callback(self))  # the producer thread calls it
+                return
+        callback(self)
 
 
 class Producer:
@@ -97,7 +155,8 @@ class Producer:
         self._work = threading.Condition(lock)  # the producer thread waits for entries
         self._room = threading.Condition(lock)  # senders wait for fewer than max_pending unresolved
         self._done = threading.Condition(lock)  # flushers wait for their entries to resolve
-        self._waiting: deque[_Waiting] = deque()
+        self._open = _Batch()  # where sends go until the producer thread takes it
+        self._full: deque[_Batch] = deque()  # batches of max_batch entries, in the order they filled
         self._sent = 0  # entries accepted by send, ever
         self._resolved = 0  # of those, whose futures are resolved (in the order sent)
         self._flush_upto = 0  # entries before this one go at once, without lingering
@@ -116,7 +175,7 @@ class Producer:
     ) -> None:
         self.close()
 
-    def send(self, value: Any) -> Future[int]:
+    def send(self, value: Any) -> OffsetFuture:
         """Queue ``value`` for the next batch; the future resolves to its offset or to the batch's error.
 
         Raises at once, queueing nothing, if the entry cannot be stored
@@ -124,18 +183,24 @@ class Producer:
         closed (``InvalidArgumentError``). Blocks while ``max_pending`` entries
         are unresolved.
         """
-        check_entries([value], self.queue.max_entry_bytes, self.queue.encoding)
-        future: Future[int] = Future()
+        (checked,) = check_entries([value], self.queue.max_entry_bytes, self.queue.encoding)
         with self._work:
             while not self._closed and self._sent - self._resolved >= self.max_pending:
                 self._room.wait()
             if self._closed:
                 raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
-            self._waiting.append((value, future, time.monotonic()))
+            batch = self._open
+            values = batch.values
+            if not values:
+                batch.born = time.monotonic()
+            values.append(checked)
             self._sent += 1
-            if len(self._waiting) in (1, self.max_batch):
+            if len(values) >= self.max_batch:  # full: it goes next, and sends start another
+                self._full.append(batch)
+                self._open = _Batch()
+            if len(values) == 1 or len(values) >= self.max_batch:
                 self._work.notify()
-        return future
+        return OffsetFuture(batch, len(values) - 1)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what waits at once and wait until every entry sent before this call is resolved.
@@ -167,20 +232,23 @@ class Producer:
         self._room.notify_all()  # blocked senders raise
 
     def _run(self) -> None:
-        while batch := self._next_batch():
+        while (batch := self._next_batch()) is not None:
             self._append(batch)
 
-    def _next_batch(self) -> list[_Waiting]:
-        """The next batch, when it is due; empty when the producer is closed and nothing waits."""
+    def _next_batch(self) -> _Batch | None:
+        """The next batch, when it is due; None when the producer is closed and nothing waits."""
         with self._work:
             while True:
-                waiting = self._waiting
-                if waiting:
-                    wait = waiting[0][2] + self.linger - time.monotonic()
-                    if wait <= 0 or len(waiting) >= self.max_batch or self._flush_upto > self._resolved:
-                        return [waiting.popleft() for _ in range(min(len(waiting), self.max_batch))]
+                if self._full:
+                    return self._full.popleft()
+                batch = self._open
+                if batch.values:
+                    wait = batch.born + self.linger - time.monotonic()
+                    if wait <= 0 or self._flush_upto > self._resolved:
+                        self._open = _Batch()
+                        return batch
                 elif self._closed:
-                    return []
+                    return None
                 elif not threading.main_thread().is_alive():
                     self._close()
                     continue
@@ -188,18 +256,21 @@ class Producer:
                     wait = _IDLE_CHECK_SECONDS
                 self._work.wait(wait)
 
-    def _append(self, batch: list[_Waiting]) -> None:
-        """One append of the batch's entries (those not cancelled), then resolve every future of it."""
-        live = [(value, future) for value, future, _ in batch if future.set_running_or_notify_cancel()]
-        outcome = self._enqueue([value for value, _ in live])
-        if isinstance(outcome, Exception):
-            for _, future in live:
-                future.set_exception(outcome)
+    def _append(self, batch: _Batch) -> None:
+        """One append of the batch's entries, then resolve it (every future of it at once)."""
+        outcome = self._enqueue(batch.values)
+        if isinstance(outcome, BaseException):
+            batch.error = outcome
         else:
-            for (_, future), offset in zip(live, outcome, strict=True):
-                future.set_result(offset)
+            batch.offsets = outcome
+        with _RESOLVING:
+            batch.resolved.set()
+        for callback in batch.callbacks:
+            callback()
+        count = len(batch.values)
+        batch.values = []  # the entries are stored: let them go
         with self._work:
-            self._resolved += len(batch)
+            self._resolved += count
             self._room.notify_all()
             self._done.notify_all()
 
@@ -207,7 +278,7 @@ class Producer:
         """``enqueue_batch``, again while readers close its reservation; its offsets or its error."""
         for attempt in range(1, RESERVATION_ATTEMPTS + 1):
             try:
-                return self.queue.enqueue_batch(values, overwrite_if_full=self.overwrite_if_full)
+                return self.queue._append_checked(values, overwrite_if_full=self.overwrite_if_full)
             except errors.ReservationClosedError as exc:
                 if attempt == RESERVATION_ATTEMPTS:
                     return exc

@@ -335,6 +335,12 @@ class Queue:
         where producers append without it (``appends="reserve"``).
         """
         values = check_entries(entries, self.max_entry_bytes, self.encoding)
+        return self._append_checked(values, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
+
+    def _append_checked(
+        self, values: list[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
+    ) -> range:
+        """:meth:`enqueue_batch` of entries already checked (as ``check_entries`` returns them)."""
         txn = _txn_id(txn_id)
         count = len(values)
         if count > self.capacity:

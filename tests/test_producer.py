@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import producer as producer_module
+from large_queue.producer import OffsetFuture
 from tests.fix_backends import APPENDS, Place, Store
 
 THREADS = 8
@@ -39,13 +39,13 @@ def drain(queue: Queue) -> list[Any]:
 
 
 class Gate:
-    """Holds every ``enqueue_batch`` of a queue until opened, counting the calls."""
+    """Holds every append of a queue's producer until opened, counting the calls."""
 
     def __init__(self, queue: Queue) -> None:
-        self.enqueue_batch = queue.enqueue_batch
+        self.enqueue_batch = queue._append_checked
         self.opened = threading.Event()
         self.calls = 0
-        queue.enqueue_batch = self  # type: ignore[method-assign,assignment]
+        queue._append_checked = self  # type: ignore[method-assign,assignment]
 
     def __call__(self, entries: list[Any], **options: Any) -> range:
         self.calls += 1
@@ -66,7 +66,7 @@ def gated(store: Store) -> Iterator[tuple[Queue, Gate]]:
 def test_many_threads_keep_their_order_in_few_batches(store: Store, appends: str) -> None:
     entries = THREADS * SENDS_PER_THREAD
     queue = store.new_queue(capacity=entries, slots_per_record=100, appends=appends)
-    futures: dict[int, list[Future[int]]] = {}
+    futures: dict[int, list[OffsetFuture]] = {}
     start = threading.Barrier(THREADS)
 
     def sending(producer: Producer, thread: int) -> None:
@@ -157,7 +157,7 @@ def test_send_blocks_while_max_pending_entries_are_unresolved(gated: tuple[Queue
     queue, gate = gated
     with queue.producer(linger=0, max_pending=2) as producer:
         held = [producer.send("a"), producer.send("b")]
-        sent: list[Future[int]] = []
+        sent: list[OffsetFuture] = []
         blocked = threading.Thread(target=lambda: sent.append(producer.send("c")))
         blocked.start()
         blocked.join(0.2)
@@ -195,7 +195,7 @@ def test_a_closed_reservation_is_appended_again_a_few_times_at_most(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
-    enqueue_batch = queue.enqueue_batch
+    enqueue_batch = queue._append_checked  # what the producer calls: entries it has checked
     refusals = [1]
 
     def closing(entries: list[Any], **options: Any) -> range:
@@ -204,7 +204,7 @@ def test_a_closed_reservation_is_appended_again_a_few_times_at_most(
             raise ReservationClosedError("closed by a reader")
         return enqueue_batch(entries, **options)
 
-    monkeypatch.setattr(queue, "enqueue_batch", closing)
+    monkeypatch.setattr(queue, "_append_checked", closing)
     with queue.producer(linger=NEVER) as producer:
         first = producer.send("a")
         assert producer.flush(timeout=10) is True
@@ -217,13 +217,18 @@ def test_a_closed_reservation_is_appended_again_a_few_times_at_most(
     assert [entry.value for entry in drain(queue)] == ["a"]
 
 
-def test_a_cancelled_future_is_not_written(store: Store) -> None:
+def test_callbacks_run_once_when_the_batch_resolves(store: Store) -> None:
     queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    seen: list[int] = []
     with queue.producer(linger=NEVER) as producer:
-        kept, cancelled = producer.send("a"), producer.send("b")
-        assert cancelled.cancel()
-    assert kept.result(timeout=0) == 0
-    assert [entry.value for entry in drain(queue)] == ["a"]
+        future = producer.send("a")
+        future.add_done_callback(lambda done: seen.append(done.result()))
+        assert not future.done() and seen == []
+        with pytest.raises(TimeoutError):
+            future.result(timeout=0.01)
+    assert seen == [0]
+    future.add_done_callback(lambda done: seen.append(done.result() + 100))  # resolved: called at once
+    assert seen == [0, 100] and future.exception() is None
 
 
 def test_bad_settings_are_refused(store: Store) -> None:

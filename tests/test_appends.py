@@ -97,7 +97,7 @@ def test_a_publish_before_the_timeout_wins_over_the_closer(store: Store) -> None
 
 
 def test_a_spanning_batch_is_seen_whole_or_not_at_all(store: Store) -> None:
-    queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
+    queue, _ = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
     first = queue.appender.reserve(7, overwrite=False)  # offsets 0..6: buffer records 0, 1 and 2
     # The producer publishes record by record, the one holding the batch's last offset last.
     writes = []

@@ -109,11 +109,11 @@ def test_public_names() -> None:
 
 
 def test_public_functions_have_docstrings() -> None:
+    import large_queue.appends._prefix
+    import large_queue.appends._reader
     import large_queue.backends.aerospike
     import large_queue.backends.embedded
     import large_queue.backends.faults
-    import large_queue.appends._prefix
-    import large_queue.appends._reader
     import large_queue.cli
     import large_queue.cluster
     import large_queue.producer

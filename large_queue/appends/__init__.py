@@ -130,6 +130,16 @@ def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition
     return Bound(_runs_below(len(runs)), values)
 
 
+@functools.lru_cache(maxsize=256)
+def _reserving(count: int, overwriting_capacity: int | None) -> tuple[Operation, ...]:
+    """A reservation's operations: the tail grows by ``count`` (and, overwriting, the head follows)."""
+    operations: list[Operation] = [Increment(rec.TAIL, count)]
+    if overwriting_capacity is not None:
+        operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": overwriting_capacity}))
+    operations.append(Read(rec.TAIL))
+    return tuple(operations)
+
+
 def slot_writes(first_slot: int, slots: list[Any], slots_per_record: int) -> Operation:
     """The operation that sets a run of slots: the whole bin when the run is the whole record.
 
@@ -175,13 +185,11 @@ class Appender:
         are free and not ``overwrite``.
         """
         capacity = self.shape.capacity
-        operations: list[Operation] = [Increment(rec.TAIL, count)]
+        operations = _reserving(count, capacity if overwrite else None)
         if overwrite:
-            operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": capacity}))
             guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
         else:
             guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
-        operations.append(Read(rec.TAIL))
         for attempt in range(1, ATTEMPTS + 1):
             self.counters.add(commands=1)
             try:
@@ -231,6 +239,11 @@ class Appender:
         ``ReservationClosedError`` if a reader closed the reservation first
         (nothing of it is then visible).
         """
+        if len(values) == 1:  # the common single enqueue: one slot, one command
+            slot = self.shape.slot_of(first)
+            single = [slot_writes(slot, [[first, values[0], now_ms]], self.shape.slots_per_record)]
+            self._put_slots(self.shape.record_of(first), single, [(slot, first)], published=True)
+            return
         last = first + len(values) - 1
         runs = self.shape.runs(first, last + 1)
         spanning = len(runs) > 1

@@ -60,6 +60,7 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert report.lines()[-1].startswith("2 producers vs 1 (reserve, 300 us round trip): ")
     assert report.lines()[-1].endswith("every entry exactly once: True")
 
+
 def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,7 +276,7 @@ def test_a_stream_waits_on_a_hole_and_resumes_after_it_is_closed(
         query.stop()
     delivered = [o for b in batches for o in b]
     assert delivered == [0, 1, 2, 4, 5, 6, 7], "a gap or a repeat after the hole"
-    assert [b for b in batches if b][0] == [0, 1, 2], "the stream read past an unpublished offset"
+    assert next(b for b in batches if b) == [0, 1, 2], "the stream read past an unpublished offset"
     assert queue.get(hole) is None
 
 

@@ -81,6 +81,10 @@ class PrefixReader:
 
     def read(self, start: int, stop: int) -> Settled:
         """Read ``[start, stop)`` (one batch read per :data:`RECORDS_PER_READ` records) and settle it."""
+        return self.settle(start, stop, self.slots(start, stop).__getitem__)
+
+    def slots(self, start: int, stop: int) -> dict[int, Any]:
+        """The slots of offsets ``[start, stop)`` as stored (batch reads of up to 64 records)."""
         slots: dict[int, Any] = {}
         runs = [run for record_runs in self.shape.runs(start, stop).values() for run in record_runs]
         runs.sort(key=lambda run: run.start)
@@ -103,7 +107,7 @@ class PrefixReader:
                 if not isinstance(got, list) or len(got) != len(run):
                     raise self.corrupt(run.start, "the record or its slots are missing")
                 slots.update(zip(run, got, strict=True))
-        return self.settle(start, stop, slots.__getitem__)
+        return slots
 
     def _read_alone(self, key: RecordKey, operations: list[Operation] | None) -> dict[str, Any] | None:
         """One record of a batch that could not be read, read alone: ``CorruptQueueError`` names it."""
@@ -134,16 +138,41 @@ class PrefixReader:
         if not due:
             return False
         if settled.waiting_on is not None:
-            start, stop = settled.waiting_on, settled.waiting_on + 1
-        else:
-            start = due[0]
-            record_end = (start // self.shape.slots_per_record + 1) * self.shape.slots_per_record
-            stop = min(due[-1] + 1, record_end)
+            self._close_batch(settled.end, settled.waiting_on)
+            return True
+        start = due[0]
+        record_end = (start // self.shape.slots_per_record + 1) * self.shape.slots_per_record
+        stop = min(due[-1] + 1, record_end)
         try:
             self.appender.close(start, stop)
         except errors.ConditionNotMetError:
             return True  # published (or closed by another reader) meanwhile: read again
         return True
+
+    def _close_batch(self, first_pending: int, last: int) -> None:
+        """Close a spanning batch: a tombstone on its last offset, then on each of its parts never written.
+
+        The last offset decides (nothing of the batch shows once it is a
+        tombstone); the parts its producer never wrote would still look like
+        ordinary holes to a reader that starts among them, so they are closed
+        too, record by record. A part written meanwhile refuses its record's
+        tombstones, and is closed by the last offset's anyway.
+        """
+        try:
+            self.appender.close(last, last + 1)
+        except errors.ConditionNotMetError:
+            return  # published (or closed) meanwhile: readers read it again
+        unwritten = [
+            offset
+            for offset, slot in self.slots(first_pending, last).items()
+            if isinstance(slot, list) and slot and type(slot[0]) is int and slot[0] < offset
+        ]
+        for record_runs in self.shape.runs(first_pending, last).values():
+            for run in record_runs:
+                chosen = [o for o in run if o in set(unwritten)]
+                for start, stop in _consecutive(chosen):
+                    with contextlib.suppress(errors.ConditionNotMetError):
+                        self.appender.close(start, stop)
 
     def prefix_end(self, head: int, published: int, tail: int) -> tuple[int, Settled | None]:
         """The published prefix end, settled from ``max(head, published)`` on, read in bulk.
@@ -171,6 +200,17 @@ class PrefixReader:
                     condition=same_queue(self.appender.incarnation),
                 )
         return end, holed
+
+
+def _consecutive(offsets: list[int]) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each run of consecutive offsets, in order."""
+    runs: list[tuple[int, int]] = []
+    for offset in sorted(offsets):
+        if runs and runs[-1][1] == offset:
+            runs[-1] = (runs[-1][0], offset + 1)
+        else:
+            runs.append((offset, offset + 1))
+    return runs
 
 
 __all__ = ["PrefixReader"]

@@ -341,7 +341,6 @@ class Queue:
         self, values: list[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
     ) -> range:
         """:meth:`enqueue_batch` of entries already checked (as ``check_entries`` returns them)."""
-        txn = _txn_id(txn_id)
         count = len(values)
         if count > self.capacity:
             raise errors.InvalidArgumentError(
@@ -349,12 +348,14 @@ class Queue:
             )
         if count == 0:
             return range(0)
-        if self.reserved:
+        if self.reserved:  # no lock: a txn id names nothing here, but a bad one is still refused
+            if txn_id is not None:
+                _txn_id(txn_id)
             first = self.appender.reserve(count, overwrite=overwrite_if_full)
             self.appender.publish(first, values, time.time_ns() // 1_000_000)
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
-        grant = self.lock.acquire(txn)
+        grant = self.lock.acquire(_txn_id(txn_id))
         with self._releasing_on_error(grant):
             grant, new_head, new_tail = self._write_entries(
                 grant, values, overwrite_if_full=overwrite_if_full

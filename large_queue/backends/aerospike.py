@@ -272,8 +272,23 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+# id of an operations tuple -> (the tuple, its operation dictionaries): tuples are built once (constants)
+_BUILT: dict[int, tuple[Sequence[Operation], list[dict[str, Any]]]] = {}
+
+
 def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
-    """The client's operation dictionaries for ``operations``, in order."""
+    """The client's operation dictionaries for ``operations``, in order (built once for a tuple)."""
+    if type(operations) is not tuple:
+        return _built(operations)
+    found = _BUILT.get(id(operations))
+    if found is None or found[0] is not operations:
+        if len(_BUILT) >= _MOST_COMPILED:
+            _BUILT.clear()
+        found = _BUILT[id(operations)] = (operations, _built(operations))  # keeps the id taken
+    return found[1]
+
+
+def _built(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     built: list[dict[str, Any]] = []
     for op in operations:
         builder = _BUILDERS.get(type(op))

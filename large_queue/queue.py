@@ -20,9 +20,7 @@ erasures it newly makes (a run of slots is one range operation).
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from large_queue._entries import NATIVE, check_entries, decode_entry
 from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
+from large_queue._txn import txn_id as _txn_id
 from large_queue.appends import Appender, slot_writes
 from large_queue.appends._prefix import HoleWatch, Settled
 from large_queue.appends._reader import PrefixReader
@@ -46,7 +45,7 @@ from large_queue.backends import (
 )
 from large_queue.backends.conditions import Condition
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
-from large_queue.lock import LockGrant, LockPolicy, QueueLock
+from large_queue.lock import LockGrant, LockPolicy, QueueLock, ReleasingOnError
 
 if TYPE_CHECKING:
     from large_queue.cluster import Consumer
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("large_queue")
 
-MAX_TXN_ID_CHARS = 128
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
 #: how new queues append unless told otherwise
@@ -90,55 +88,6 @@ class QueueInfo:
     appends: str = rec.LOCKED_APPENDS  #: "reserve" or "lock": how producers append
     reserved_tail: int = 0  #: the end of the offsets producers have reserved (= tail_offset under the lock)
     hole_timeout: float | None = None  #: seconds a reader waits on an unpublished reservation ("reserve")
-
-
-def _new_process_id() -> None:
-    global _process_id
-    _process_id = os.urandom(8).hex()
-
-
-# Default txn ids: a random id of this process and a counter, unique without a
-# system call per operation (a forked child draws its own process id).
-_process_id = ""
-_new_process_id()
-os.register_at_fork(after_in_child=_new_process_id)
-_txn_counter = itertools.count()
-
-
-class _ReleasingOnError:
-    """Releases a grant's lock when the body fails before its commit, so others need not wait the TTL.
-
-    Not after a lost lock (nothing to release) nor an in-doubt commit:
-    releasing then could turn "maybe applied" into a wrong answer for
-    nobody's benefit; that lock simply expires. (A class, not a generator:
-    it is entered by every operation.)
-    """
-
-    def __init__(self, lock: QueueLock, grant: LockGrant) -> None:
-        self.lock = lock
-        self.grant = grant
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or isinstance(exc, (errors.LockLostError, errors.OutcomeUnknownError)):
-            return
-        try:
-            self.lock.release(self.grant)
-        except errors.LargeQueueError:
-            log.debug("could not release the lock after an error", exc_info=True)
-
-
-def _txn_id(txn_id: object) -> str:
-    if txn_id is None:
-        return f"{_process_id}-{next(_txn_counter)}"
-    if type(txn_id) not in (int, str) or str(txn_id) == "":
-        raise errors.InvalidArgumentError(f"txn_id must be a non-empty str or an int, got {txn_id!r}")
-    text = str(txn_id)
-    if len(text) > MAX_TXN_ID_CHARS:
-        raise errors.InvalidArgumentError(f"txn_id is longer than {MAX_TXN_ID_CHARS} characters")
-    return text
 
 
 class Queue:
@@ -750,6 +699,6 @@ class Queue:
                 self.counters.add(timeouts_repeated=1)
         raise AssertionError("BUFFER_ATTEMPTS must be positive")
 
-    def _releasing_on_error(self, grant: LockGrant) -> _ReleasingOnError:
+    def _releasing_on_error(self, grant: LockGrant) -> ReleasingOnError:
         """Release the lock if the body fails before its commit, so others need not wait the TTL."""
-        return _ReleasingOnError(self.lock, grant)
+        return ReleasingOnError(self.lock, grant)

@@ -109,6 +109,8 @@ def test_public_names() -> None:
 
 
 def test_public_functions_have_docstrings() -> None:
+    import large_queue._lifecycle
+    import large_queue._txn
     import large_queue.appends._prefix
     import large_queue.appends._reader
     import large_queue.backends.aerospike
@@ -121,6 +123,8 @@ def test_public_functions_have_docstrings() -> None:
     modules = [
         large_queue,
         large_queue.queue,
+        large_queue._txn,
+        large_queue._lifecycle,
         large_queue.producer,
         large_queue.appends,
         large_queue.appends._prefix,

@@ -37,6 +37,7 @@ producer may have moved it meanwhile.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,8 @@ from large_queue.backends.conditions import (
     sub,
 )
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, FencingToken
+
+log = logging.getLogger("large_queue")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,4 +403,29 @@ class QueueLock:
         self._guarded(grant, [Write(LOCK_OWNER, NO_OWNER)], "releasing the lock", same_queue=False)
 
 
-__all__ = ["LockGrant", "LockPolicy", "QueueLock"]
+class ReleasingOnError:
+    """Releases a grant's lock when the body fails before its commit, so others need not wait the TTL.
+
+    Not after a lost lock (nothing to release) nor an in-doubt commit:
+    releasing then could turn "maybe applied" into a wrong answer for
+    nobody's benefit; that lock simply expires. (A class, not a generator:
+    it is entered by every operation.)
+    """
+
+    def __init__(self, lock: QueueLock, grant: LockGrant) -> None:
+        self.lock = lock
+        self.grant = grant
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, (errors.LockLostError, errors.OutcomeUnknownError)):
+            return
+        try:
+            self.lock.release(self.grant)
+        except errors.LargeQueueError:
+            log.debug("could not release the lock after an error", exc_info=True)
+
+
+__all__ = ["LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError"]

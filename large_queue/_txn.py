@@ -1,0 +1,39 @@
+"""Transaction ids: who holds a queue's lock, unique without a system call per operation.
+
+A default txn id is a random id of this process and a counter; a forked
+child draws its own process id. A txn id given by the caller is checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from large_queue import errors
+
+MAX_TXN_ID_CHARS = 128
+
+
+def _new_process_id() -> None:
+    global _process_id
+    _process_id = os.urandom(8).hex()
+
+
+# Default txn ids: a random id of this process and a counter, unique without a
+# system call per operation (a forked child draws its own process id).
+_process_id = ""
+_new_process_id()
+os.register_at_fork(after_in_child=_new_process_id)
+_txn_counter = itertools.count()
+
+
+def txn_id(txn_id: object) -> str:
+    """``txn_id`` as a lock owner name (checked), or a new unique one for None."""
+    if txn_id is None:
+        return f"{_process_id}-{next(_txn_counter)}"
+    if type(txn_id) not in (int, str) or str(txn_id) == "":
+        raise errors.InvalidArgumentError(f"txn_id must be a non-empty str or an int, got {txn_id!r}")
+    text = str(txn_id)
+    if len(text) > MAX_TXN_ID_CHARS:
+        raise errors.InvalidArgumentError(f"txn_id is longer than {MAX_TXN_ID_CHARS} characters")
+    return text

@@ -54,6 +54,10 @@ class Delayed(Delegating):
         return super().relay(method, *args, **kwargs)
 
 
+#: slots per buffer record of the producers' queues
+SLOTS_PER_RECORD = 100
+
+
 def _store(url: str, delay: float) -> Backend:
     backend = connect(url)
     return Delayed(backend, delay) if delay else backend
@@ -84,7 +88,7 @@ def concurrent(
     backend = connect(url)
     name = f"bench-conc-{uuid.uuid4().hex[:8]}"
     queue = Queue.create(
-        backend, name, capacity=processes * per_process, slots_per_record=100, appends=appends
+        backend, name, capacity=processes * per_process, slots_per_record=SLOTS_PER_RECORD, appends=appends
     )
     context = multiprocessing.get_context("spawn")
     start_event, results = context.Event(), context.Queue()

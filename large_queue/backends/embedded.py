@@ -96,6 +96,8 @@ _DECODER = msgspec.msgpack.Decoder()
 _KEY_TYPE_RANK = {int: 0, str: 1, bytes: 2}
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
 _KEYS_PER_SELECT = 500
+# records remembered as refusing this process's guarded writes (forgotten all at once past this)
+_MOST_REFUSED = 1024
 
 
 def _pack(bins: dict[str, Any]) -> bytes:
@@ -190,6 +192,7 @@ class EmbeddedBackend(Backend):
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
+        self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
         if not create and not self.path.is_file():
             raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
         try:
@@ -389,11 +392,23 @@ class EmbeddedBackend(Backend):
         self._check_bins(op.bin for op in operations)
         writes = any(not isinstance(op, READ_OPERATIONS) for op in operations)
         guarded = condition is not None or generation is not None
-        while True:
-            try:
-                return self._operate_once(key, operations, condition, generation, writes, guarded)
-            except _StaleSnapshot:
-                continue  # another process wrote first: evaluate again on fresh data
+        # Optimistic (a reader until the guard holds) only where this process's
+        # last guarded write to the record was refused: a busy queue lock is
+        # likely busy still, while a producer's reservation usually succeeds.
+        optimistic = guarded and key in self._refused
+        try:
+            results = self._operate_once(key, operations, condition, generation, writes, optimistic)
+        except _StaleSnapshot:  # another process wrote first: evaluate again, holding the writer lock
+            results = self._operate_once(key, operations, condition, generation, writes, False)
+        except (errors.ConditionNotMetError, errors.GenerationMismatchError):
+            if guarded and writes:
+                if len(self._refused) >= _MOST_REFUSED:
+                    self._refused.clear()
+                self._refused.add(key)
+            raise
+        if guarded:
+            self._refused.discard(key)
+        return results
 
     def _operate_once(
         self,
@@ -402,13 +417,16 @@ class EmbeddedBackend(Backend):
         condition: Condition | None,
         generation: int | None,
         writes: bool,
-        guarded: bool,
+        optimistic: bool,
     ) -> dict[str, Any]:
-        # A guarded write starts as a reader and takes the write lock only if
-        # its guard holds, so refused attempts (a busy queue lock, say) never
-        # queue behind writers. SQLite refuses the upgrade if anyone wrote since
-        # our read (a stale snapshot); the command is then simply evaluated again.
-        transaction = self._transaction(write=writes and not guarded)
+        # An optimistic guarded write starts as a reader and takes the write
+        # lock only if its guard holds, so refused attempts (a busy queue lock,
+        # say) never queue behind writers. SQLite refuses the upgrade if anyone
+        # wrote since our read (a stale snapshot); the command is then evaluated
+        # again as a writer from the start. Other writes hold the writer lock
+        # from the start: writers contending on a record (producers reserving
+        # offsets) would otherwise read again and again.
+        transaction = self._transaction(write=writes and not optimistic)
         with transaction as conn:
             loaded = self._load(conn, key)
             if loaded is None:
@@ -431,7 +449,7 @@ class EmbeddedBackend(Backend):
                 try:
                     self._store(conn, key, bins, current_generation + 1, None)
                 except sqlite3.OperationalError as exc:
-                    if guarded and ("locked" in str(exc) or "busy" in str(exc)):
+                    if optimistic and ("locked" in str(exc) or "busy" in str(exc)):
                         raise _StaleSnapshot() from exc
                     raise
         return results

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from large_queue import _records as rec
@@ -175,6 +175,7 @@ class Appender:
         self.shape = shape
         self.incarnation = incarnation
         self.counters = counters
+        self._reserve_one: Callable[[], dict[str, Any]] | None = None  # built at the first single reserve
 
     # --- reserve ------------------------------------------------------------------------
 
@@ -185,27 +186,41 @@ class Appender:
         are free and not ``overwrite``.
         """
         capacity = self.shape.capacity
-        operations = _reserving(count, capacity if overwrite else None)
-        if overwrite:
-            guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
+        if count == 1 and not overwrite:  # the common single enqueue: its command is built once
+            if self._reserve_one is None:
+                guard_one = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - 1})
+                self._reserve_one = self.backend.operation(
+                    self.keys.metadata, _reserving(1, None), condition=guard_one
+                )
+            send = self._reserve_one
         else:
-            guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
+            operations = _reserving(count, capacity if overwrite else None)
+            if overwrite:
+                guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
+            else:
+                guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
+            send = functools.partial(self.backend.operate, self.keys.metadata, operations, condition=guard)
         for attempt in range(1, ATTEMPTS + 1):
-            self.counters.add(commands=1)
             try:
-                result = self.backend.operate(self.keys.metadata, operations, condition=guard)
+                result = send()
             except errors.BackendTimeoutError:
                 # Applied or not, repeating is safe: an applied reservation that
                 # nobody publishes is a hole that readers close.
+                self.counters.add(commands=1)
                 if attempt == ATTEMPTS:
                     raise
                 self.counters.add(timeouts_repeated=1)
                 continue
             except errors.ConditionNotMetError:
+                self.counters.add(commands=1)
                 raise self._refusal(count) from None
             except errors.RecordNotFoundError:
+                self.counters.add(commands=1)
                 raise self._replaced(created_again=False) from None
-            self.counters.add(reservations=1)
+            except errors.LargeQueueError:
+                self.counters.add(commands=1)
+                raise
+            self.counters.add(commands=1, reservations=1)
             tail: int = result[rec.TAIL]
             return tail - count
         raise AssertionError("ATTEMPTS must be positive")

@@ -231,6 +231,17 @@ class Backend(ABC):
     def max_record_bytes(self, namespace: str) -> int:
         """The largest record the store keeps in ``namespace``, in bytes."""
 
+    def operation(
+        self, key: RecordKey, operations: Sequence[Operation], *, condition: Condition | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        """``operate`` with these arguments, prepared once to be sent many times.
+
+        Each call is one command, counted, with the same result and errors as
+        ``operate``; a store may build its arguments once (keys, operations,
+        compiled condition, policy) instead of at every call.
+        """
+        return functools.partial(self.operate, key, operations, condition=condition)
+
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.
 

@@ -492,6 +492,21 @@ class AerospikeBackend(Backend):
             _, _, bins = self.client.operate(*arguments)
         return bins or {}
 
+    def operation(
+        self, key: RecordKey, operations: Sequence[Operation], *, condition: c.Condition | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        """``operate`` with its client arguments built once (see :meth:`Backend.operation`)."""
+        arguments = self._operate_arguments(key, operations, condition, None)
+        client_operate = self.client.operate
+
+        def send() -> dict[str, Any]:
+            self._count()
+            with mapped_errors:
+                _, _, bins = client_operate(*arguments)
+            return bins or {}
+
+        return send
+
     def _operate_command(
         self,
         key: RecordKey,

@@ -453,9 +453,25 @@ def measure(
         for appends in MODES
     ]
     per_thread = max(50, CONCURRENT_OPERATIONS_FACTOR * operations * 10 // threads)
-    produced, producer_exact = _bench_producers.producer_object(url, threads, per_thread)
+    # The producer's raw rate is timed just before and just after it: this machine's
+    # raw rate moves by a factor of two from one minute to the next.
+    beside = _Tally()
+    backend.put(raw_key, {"n": 0})
+    try:
+        with _clock() as spent:
+            for _ in range(operations):
+                _raw_command(backend, raw_key)
+        beside.add(spent, operations)
+        produced, producer_exact = _bench_producers.producer_object(url, threads, per_thread)
+        with _clock() as spent:
+            for _ in range(operations):
+                _raw_command(backend, raw_key)
+        beside.add(spent, operations)
+    finally:
+        backend.remove(raw_key)
     producer = replace(
-        _figure(f"producer object, {threads} threads, reserve", produced, unit="entries"), raw=raw
+        _figure(f"producer object, {threads} threads, reserve", produced, unit="entries"),
+        raw=beside.figure("raw single-record command (beside)", beside.commands, beside.commands),
     )
     return Report(
         store=repr(backend),

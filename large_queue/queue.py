@@ -139,14 +139,24 @@ class Queue:
             counters=self.counters,
             stamped=metadata.reserved,
         )
-        self.holes = HoleWatch(self.hole_timeout)
         self.appender = Appender(
             backend, self.keys, self.shape, incarnation=metadata.incarnation or "", counters=self.counters
         )
-        self.prefix = PrefixReader(backend, self.keys, self.shape, self.appender, self.holes, self.counters)
+        self.prefix = PrefixReader(
+            backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters
+        )
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.keys.metadata_namespace!r}, capacity={self.capacity})"
+
+    @property
+    def holes(self) -> HoleWatch:
+        """When this handle first saw each unpublished offset (readers close holes open too long)."""
+        return self.prefix.watch
+
+    @holes.setter
+    def holes(self, watch: HoleWatch) -> None:
+        self.prefix.watch = watch
 
     @property
     def capacity(self) -> int:

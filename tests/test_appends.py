@@ -28,7 +28,7 @@ def reserving(store: Store, **options: object) -> tuple[Queue, FakeClock]:
     options.setdefault("appends", "reserve")
     queue = store.new_queue(**options)
     clock = FakeClock()
-    queue.holes = queue.prefix.watch = HoleWatch(queue.hole_timeout, clock)
+    queue.holes = HoleWatch(queue.hole_timeout, clock)
     return queue, clock
 
 

@@ -82,6 +82,7 @@ from large_queue.backends.conditions import (
     max_of,
     sub,
 )
+from large_queue.lock import replaced_error
 
 #: tries of a reserve or publish that times out
 ATTEMPTS = 3
@@ -201,26 +202,21 @@ class Appender:
                 guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
             send = functools.partial(self.backend.operate, self.keys.metadata, operations, condition=guard)
         for attempt in range(1, ATTEMPTS + 1):
+            self.counters.add(commands=1)
             try:
                 result = send()
             except errors.BackendTimeoutError:
                 # Applied or not, repeating is safe: an applied reservation that
                 # nobody publishes is a hole that readers close.
-                self.counters.add(commands=1)
                 if attempt == ATTEMPTS:
                     raise
                 self.counters.add(timeouts_repeated=1)
                 continue
             except errors.ConditionNotMetError:
-                self.counters.add(commands=1)
                 raise self._refusal(count) from None
             except errors.RecordNotFoundError:
-                self.counters.add(commands=1)
-                raise self._replaced(created_again=False) from None
-            except errors.LargeQueueError:
-                self.counters.add(commands=1)
-                raise
-            self.counters.add(commands=1, reservations=1)
+                raise replaced_error(self.keys.name, created_again=False) from None
+            self.counters.add(reservations=1)
             tail: int = result[rec.TAIL]
             return tail - count
         raise AssertionError("ATTEMPTS must be positive")
@@ -230,19 +226,11 @@ class Appender:
         self.counters.add(commands=1)
         record = self.backend.get(self.keys.metadata)
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
-            return self._replaced(created_again=record is not None)
+            return replaced_error(self.keys.name, created_again=record is not None)
         used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
         return errors.QueueFullError(
             f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"
             f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",
-            queue=self.keys.name,
-        )
-
-    def _replaced(self, *, created_again: bool) -> errors.QueueNotFoundError:
-        again = " and created again" if created_again else ""
-        return errors.QueueNotFoundError(
-            f"queue {self.keys.name!r} was deleted{again} since this handle opened it;"
-            " nothing was written (open it again)",
             queue=self.keys.name,
         )
 
@@ -279,10 +267,10 @@ class Appender:
                 self._put_slots(record, writes, slots, published=True)
             except errors.ReservationClosedError:
                 if spanning and record != last_record:
-                    self._close_batch(last)  # settle it now: nothing of it may ever be visible
+                    self._abandon(last)  # settle it now: nothing of it may ever be visible
                 raise
 
-    def _close_batch(self, last: int) -> None:
+    def _abandon(self, last: int) -> None:
         """Tombstone a spanning batch's last slot (unless a reader did), so that none of it shows."""
         with contextlib.suppress(errors.LargeQueueError):  # else the reader that waits on it closes it
             self.close(last, last + 1)
@@ -325,7 +313,7 @@ class Appender:
                     return  # the timed-out attempt was applied
                 raise self._closed(record, slots, timed_out=timed_out) from None
             except errors.RecordNotFoundError:
-                raise self._replaced(created_again=False) from None
+                raise replaced_error(self.keys.name, created_again=False) from None
 
     def _read_slots(self, record: int, slots: list[tuple[int, int]]) -> list[Any]:
         first = slots[0][0]
@@ -334,7 +322,7 @@ class Appender:
             self.keys.buffer(record), [Read(rec.INCARNATION), ListGetRange(rec.SLOTS, first, len(slots))]
         )
         if found.get(rec.INCARNATION) != self.incarnation:
-            raise self._replaced(created_again=True)
+            raise replaced_error(self.keys.name, created_again=True)
         got: list[Any] = found.get(rec.SLOTS, [])
         return got
 

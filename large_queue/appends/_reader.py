@@ -162,15 +162,14 @@ class PrefixReader:
             self.appender.close(last, last + 1)
         except errors.ConditionNotMetError:
             return  # published (or closed) meanwhile: readers read it again
-        unwritten = [
+        unwritten = {
             offset
             for offset, slot in self.slots(first_pending, last).items()
             if isinstance(slot, list) and slot and type(slot[0]) is int and slot[0] < offset
-        ]
+        }
         for record_runs in self.shape.runs(first_pending, last).values():
             for run in record_runs:
-                chosen = [o for o in run if o in set(unwritten)]
-                for start, stop in _consecutive(chosen):
+                for start, stop in _consecutive([o for o in run if o in unwritten]):
                     with contextlib.suppress(errors.ConditionNotMetError):
                         self.appender.close(start, stop)
 

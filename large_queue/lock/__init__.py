@@ -145,6 +145,16 @@ _HELD_BY = all_of(
 _HELD_BY_IN = all_of(*_HELD_BY.parts, eq(StrBin(INCARNATION), Param("incarnation")))
 
 
+def replaced_error(queue: str, *, created_again: bool) -> errors.QueueNotFoundError:
+    """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
+    again = " and created again" if created_again else ""
+    return errors.QueueNotFoundError(
+        f"queue {queue!r} was deleted{again} since this handle opened it;"
+        " nothing was written (open it again)",
+        queue=queue,
+    )
+
+
 class _Busy(Exception):
     """The lock is held and has not expired; try again."""
 
@@ -200,12 +210,7 @@ class QueueLock:
 
     def replaced_error(self, *, created_again: bool) -> errors.QueueNotFoundError:
         """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
-        again = " and created again" if created_again else ""
-        return errors.QueueNotFoundError(
-            f"queue {self.keys.name!r} was deleted{again} since this handle opened it;"
-            " nothing was written (open it again)",
-            queue=self.keys.name,
-        )
+        return replaced_error(self.keys.name, created_again=created_again)
 
     def try_acquire(self, txn_id: str) -> LockGrant:
         """One attempt; raises ``_Busy`` when the lock is held and unexpired."""
@@ -428,4 +433,4 @@ class ReleasingOnError:
             log.debug("could not release the lock after an error", exc_info=True)
 
 
-__all__ = ["LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError"]
+__all__ = ["LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError", "replaced_error"]

@@ -138,7 +138,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         queue = _open(self.options)
         key = (os.getpid(), self.options.url, self.options.namespace, self.options.queue)
-        queue.holes = queue.prefix.watch = _hole_watches.setdefault(key, queue.holes)
+        queue.holes = _hole_watches.setdefault(key, queue.holes)
         head, tail = queue.published_tail(close_overdue=True)
         return queue, head, tail
 

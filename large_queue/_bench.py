@@ -25,10 +25,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from large_queue import _bench_producers, _floor
+from large_queue import _bench_persist, _bench_producers, _floor
 from large_queue._bench_producers import Sample
 from large_queue._stats import QueueStats
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
+from large_queue.backends.embedded import EmbeddedBackend
 from large_queue.queue import Queue
 
 CONCURRENT_ROUNDS = 3
@@ -308,6 +309,8 @@ class Report:
     producer: Figure | None  # the batching producer object, fed by threads
     producer_threads: int
     producer_exact: bool
+    persist: list[_bench_persist.Pair]  # beside persist-queue (embedded store only)
+    persist_note: str | None  # why that comparison is missing, or which persist-queue it was
 
     @property
     def exactly_once(self) -> bool:
@@ -332,6 +335,9 @@ class Report:
                 f" enqueue_batch; every entry exactly once: {self.producer_exact}"
             )
         lines += [scaling.line() for scaling in self.scaling]
+        if self.persist_note:
+            lines.append(self.persist_note)
+        lines += [pair.line() for pair in self.persist]
         return lines
 
     def _line(self, figure: Figure, floor: Figure | None) -> str:
@@ -473,6 +479,18 @@ def measure(
         _figure(f"producer object, {threads} threads, reserve", produced, unit="entries"),
         raw=beside.figure("raw single-record command (beside)", beside.commands, beside.commands),
     )
+    persist: list[_bench_persist.Pair] = []
+    version = _bench_persist.available()
+    if not isinstance(backend, EmbeddedBackend):
+        persist_note = None
+    elif version is None:
+        persist_note = "beside persist-queue: not installed (pip install 'large-queue[bench]')"
+    else:
+        persist_note = (
+            f"beside persist-queue {version} (same disk, write-ahead log on both sides,"
+            " synchronous set alike):"
+        )
+        persist = _bench_persist.compare(backend.path.parent, operations)
     return Report(
         store=repr(backend),
         processes=processes,
@@ -482,4 +500,6 @@ def measure(
         producer=producer,
         producer_threads=threads,
         producer_exact=producer_exact,
+        persist=persist,
+        persist_note=persist_note,
     )

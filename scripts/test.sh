@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,dev,spark]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,dev,spark,bench]'
 .venv/bin/ruff format --check large_queue tests examples
 .venv/bin/ruff check large_queue tests examples
 .venv/bin/mypy

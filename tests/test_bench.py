@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue import _bench
+from large_queue import _bench, _bench_persist, errors
 from tests.fix_backends import Place
 
 
@@ -57,8 +57,19 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert report.producer.operations / report.producer.calls > 1  # entries were batched
     assert report.exactly_once
     assert any(line.startswith("  floor: the same commands") for line in report.lines())
-    assert report.lines()[-1].startswith("2 producers vs 1 (reserve, 300 us round trip): ")
-    assert report.lines()[-1].endswith("every entry exactly once: True")
+    scaling_lines = [line for line in report.lines() if " producers vs 1 (" in line]
+    assert scaling_lines[-1].startswith("2 producers vs 1 (reserve, 300 us round trip): ")
+    assert scaling_lines[-1].endswith("every entry exactly once: True")
+    if place.kind != "embedded":
+        assert report.persist == [] and report.persist_note is None
+    elif _bench_persist.available():  # the bench extra is part of the test install
+        assert [(pair.synchronous, pair.ours) for pair in report.persist] == [
+            (level, ours)
+            for level in ("normal", "full")
+            for ours in ("enqueue (single)", "dequeue (single)", "owner receive + ack (single)")
+        ]
+        assert all(pair.our_rate > 0 and pair.their_rate > 0 for pair in report.persist)
+        assert report.lines()[-1] == report.persist[-1].line()
 
 
 def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(
@@ -77,3 +88,11 @@ def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(
     )
     assert {figure.name for figure in report.figures} >= {"owner receive + ack (batches of 25)"}
     assert report.exactly_once
+
+
+def test_the_persist_queue_comparison_refuses_to_time_an_empty_queue() -> None:
+    # a side that found its queue empty would be timing nothing
+    for empty in (None, []):
+        with pytest.raises(errors.LargeQueueError, match="found a queue empty"):
+            _bench_persist._got(empty)
+    assert _bench_persist._got([1]) == [1]

@@ -218,13 +218,14 @@ def _run_phase(phase: Phase, twins: _Twins, progress: bool) -> Figure:
             for i in range(done, done + share):
                 phase.step(recorded, i)
             replays = _prepared(twins)
+            sent = _floor.command_count(replays)
             with _clock() as spent:
                 _floor.run(replays)
-            floor.add(spent, len(replays))
+            floor.add(spent, sent)
             with _clock() as spent:
-                for _ in replays:
+                for _ in range(sent):
                     _raw_command(backend, twins.raw_key)
-            raw.add(spent, len(replays))
+            raw.add(spent, sent)
             done += share
     _floor.run(_prepared(twins))  # and closed alike
     raw_figure = raw.figure("raw single-record command", raw.commands, raw.commands)

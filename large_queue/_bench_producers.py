@@ -11,6 +11,7 @@ makes waiting on a lock cost what it costs in production.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -52,6 +53,10 @@ class Delayed(Delegating):
         """Wait, then send the command."""
         time.sleep(self.delay)
         return super().relay(method, *args, **kwargs)
+
+    def grouped(self) -> contextlib.AbstractContextManager[None]:
+        """No group: across a network each command goes alone (a group would hold the store while waiting)."""
+        return contextlib.nullcontext()
 
 
 #: slots per buffer record of the producers' queues

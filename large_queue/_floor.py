@@ -8,12 +8,14 @@ compiled conditions and policies all built before the clock starts).
 Replaying the same commands from the same state gives the same outcomes
 (the lock is free at each acquire, fencing tokens follow the same sequence),
 so the timed replay is the least the operation can cost: its round trips
-and the store's client, nothing else.
+and the store's client, nothing else. Commands the operation sent as a group
+(:meth:`Backend.grouped`) are replayed as one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +36,10 @@ class Command:
     refused: bool = False  # it raised (a create-only put of an existing record, say)
 
 
+#: the markers of a group's start and end in a recording (not commands)
+GROUP_START, GROUP_END = "group start", "group end"
+
+
 class Recording(Delegating):
     """Passes every command through to ``inner`` and appends it to ``log``."""
 
@@ -50,6 +56,16 @@ class Recording(Delegating):
             raise
         self.log.append(Command(method, args, kwargs))
         return result
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """The inner store's group, marked in the log."""
+        self.log.append(Command(GROUP_START, (), {}))
+        try:
+            with self.inner.grouped():
+                yield
+        finally:
+            self.log.append(Command(GROUP_END, (), {}))
 
     def close(self) -> None:
         """Nothing to close: the inner store belongs to the caller."""
@@ -78,17 +94,39 @@ def _renamed(value: Any, source: Queue, target: Queue) -> Any:
 
 def prepare(commands: Sequence[Command], backend: Backend, *, source: Queue, target: Queue) -> list[Replay]:
     """``commands`` recorded on queue ``source``, prepared to run on its twin ``target``."""
-    return [
-        Replay(
-            command,
-            backend.prepare(
+    replays: list[Replay] = []
+    groups: list[_Group] = []
+    for command in commands:
+        if command.method == GROUP_START:
+            groups.append(_Group(backend))
+            replays.append(Replay(command, groups[-1].start))
+        elif command.method == GROUP_END:
+            replays.append(Replay(command, groups.pop().end))
+        else:
+            call = backend.prepare(
                 command.method,
                 *(_renamed(arg, source, target) for arg in command.args),
                 **{name: _renamed(arg, source, target) for name, arg in command.kwargs.items()},
-            ),
-        )
-        for command in commands
-    ]
+            )
+            replays.append(Replay(command, call))
+    return replays
+
+
+class _Group:
+    """A recorded group, replayed on ``backend``: entered at its start marker, left at its end."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._open: contextlib.AbstractContextManager[None] | None = None
+
+    def start(self) -> None:
+        self._open = self.backend.grouped()
+        self._open.__enter__()
+
+    def end(self) -> None:
+        assert self._open is not None
+        self._open.__exit__(None, None, None)
+        self._open = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +135,11 @@ class Replay:
 
     command: Command
     call: Callable[[], object]
+
+
+def command_count(replays: Sequence[Replay]) -> int:
+    """The store commands among ``replays`` (a group's markers are none)."""
+    return sum(1 for replay in replays if replay.command.method not in (GROUP_START, GROUP_END))
 
 
 def run(replays: Sequence[Replay]) -> None:

@@ -15,6 +15,7 @@ to the checker (:mod:`large_queue._history`). Every anomaly count must be zero.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import multiprocessing
@@ -116,6 +117,10 @@ def _parking(queue: Queue) -> None:
         return first
 
     queue.appender.reserve = reserve_then_park  # type: ignore[method-assign]
+    # Reserve and publish go as separate commands, as they do across a network: in one
+    # group (one transaction on the embedded store) a parked producer would hold the
+    # store's writer lock, and every process would stop with it.
+    queue.backend.grouped = contextlib.nullcontext  # type: ignore[method-assign]
     signal.signal(signal.SIGUSR1, _park_next)
 
 

@@ -45,7 +45,7 @@ from large_queue.backends import (
 )
 from large_queue.backends.conditions import Condition
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
-from large_queue.lock import LockGrant, LockPolicy, QueueLock, ReleasingOnError
+from large_queue.lock import LockGrant, LockPolicy, QueueLock
 
 if TYPE_CHECKING:
     from large_queue.cluster import Consumer
@@ -310,12 +310,12 @@ class Queue:
         if self.reserved:  # no lock: a txn id names nothing here, but a bad one is still refused
             if txn_id is not None:
                 _txn_id(txn_id)
-            first = self.appender.reserve(count, overwrite=overwrite_if_full)
-            self.appender.publish(first, values, time.time_ns() // 1_000_000)
+            with self.backend.grouped():  # on the embedded store, one transaction: no hole for others to see
+                first = self.appender.reserve(count, overwrite=overwrite_if_full)
+                self.appender.publish(first, values, time.time_ns() // 1_000_000)
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
-        grant = self.lock.acquire(_txn_id(txn_id))
-        with self._releasing_on_error(grant):
+        with self.lock.holding(_txn_id(txn_id)) as grant:
             grant, new_head, new_tail = self._write_entries(
                 grant, values, overwrite_if_full=overwrite_if_full
             )
@@ -399,8 +399,7 @@ class Queue:
         Stops at the first reserved offset not yet published. If that hole is
         at the head and has been open past the hole timeout, closes it first.
         """
-        grant = self.lock.acquire(txn)
-        with self._releasing_on_error(grant):
+        with self.lock.holding(txn) as grant:
             grant, taken, settled = self._read_settled(grant, max_entries)
             closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
             self.lock.commit(grant, head=settled.end, published=settled.end, known={"entries": taken})
@@ -444,8 +443,7 @@ class Queue:
         return frozen(Entry, offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
 
     def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
-        grant = self.lock.acquire(txn)
-        with self._releasing_on_error(grant):
+        with self.lock.holding(txn) as grant:
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
             self.lock.commit(grant, head=new_head, erased_below=grant.head, known={"entries": taken})
         self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
@@ -708,7 +706,3 @@ class Queue:
                     raise
                 self.counters.add(timeouts_repeated=1)
         raise AssertionError("BUFFER_ATTEMPTS must be positive")
-
-    def _releasing_on_error(self, grant: LockGrant) -> ReleasingOnError:
-        """Release the lock if the body fails before its commit, so others need not wait the TTL."""
-        return ReleasingOnError(self.lock, grant)

@@ -8,6 +8,7 @@ which is how the benchmark reports round trips per queue operation.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import threading
@@ -241,6 +242,18 @@ class Backend(ABC):
         compiled condition, policy) instead of at every call.
         """
         return functools.partial(self.operate, key, operations, condition=condition)
+
+    def grouped(self) -> contextlib.AbstractContextManager[None]:
+        """Commands sent inside this context, in one transaction where the store has them.
+
+        Each command is still one command, with its own outcome, in order;
+        the embedded store runs them all in one SQLite transaction, so other
+        processes see all of them or none (see
+        :mod:`large_queue.backends._transactions`), and Aerospike sends them as
+        ever. Nothing inside may wait for another process (a busy lock's
+        back-off): on the embedded store that process may wait for the group.
+        """
+        return contextlib.nullcontext()
 
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Callable[[], object]:
         """One command with every argument prepared ahead, as the store itself takes it.

@@ -7,6 +7,7 @@ them fail (fault injection).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,6 +80,10 @@ class Delegating(Backend):
         """The inner store's answer."""
         found: list[str] = self.relay("sets_holding", namespace, user_key)
         return found
+
+    def grouped(self) -> contextlib.AbstractContextManager[None]:
+        """The inner store's group."""
+        return self.inner.grouped()
 
     def max_record_bytes(self, namespace: str) -> int:
         """The inner store's limit."""

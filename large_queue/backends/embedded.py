@@ -53,6 +53,7 @@ from large_queue.backends._base import (
     Write,
     WriteMode,
 )
+from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
 from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
@@ -131,25 +132,6 @@ def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
     return result
 
 
-def _store_file_error(path: Path, exc: sqlite3.Error | OSError) -> errors.BackendError:
-    """The library error for an SQLite failure on the store's file."""
-    text = str(exc)
-    lowered = text.lower()
-    if "locked" in lowered or "busy" in lowered:
-        return errors.BackendBusyError(
-            f"store file {path} stayed locked by another process: {text}", code=-14
-        )
-    if "readonly" in lowered or "read-only" in lowered:
-        problem = "is read-only"
-    elif "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
-        problem = "is damaged or is not a large_queue store"
-    elif "unable to open" in lowered:
-        problem = "cannot be opened (is it a directory, or in a directory that is not writable?)"
-    else:
-        problem = "failed"
-    return errors.StoreFileError(f"store file {path} {problem}: {text}", code=-1)
-
-
 class EmbeddedBackend(Backend):
     """A durable single-file store with Aerospike's record semantics.
 
@@ -193,6 +175,7 @@ class EmbeddedBackend(Backend):
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
+        self._group: Group | None = None  # the group of commands open, seen only by the thread holding _lock
         if not create and not self.path.is_file():
             raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
         try:
@@ -242,6 +225,10 @@ class EmbeddedBackend(Backend):
         """
         if fcntl is not None and self._writer_file is not None:
             fcntl.flock(self._writer_file, fcntl.LOCK_EX if hold else fcntl.LOCK_UN)
+
+    def grouped(self) -> Group:
+        """The commands sent inside, in one SQLite transaction (see :mod:`._transactions`)."""
+        return Group(self)
 
     def close(self) -> None:
         """Close this process's handle on the file."""
@@ -315,8 +302,8 @@ class EmbeddedBackend(Backend):
         now = self.clock() if now_ns is None else now_ns
         return Clock(now_ms=now // 1_000_000, since_update_ms=(now - updated_ns) // 1_000_000)
 
-    def _transaction(self, write: bool) -> _Transaction:
-        return _Transaction(self, write)
+    def _transaction(self, write: bool) -> Transaction:
+        return Transaction(self, write)
 
     # --- the interface ----------------------------------------------------------
 
@@ -398,7 +385,7 @@ class EmbeddedBackend(Backend):
         optimistic = guarded and key in self._refused
         try:
             results = self._operate_once(key, operations, condition, generation, writes, optimistic)
-        except _StaleSnapshot:  # another process wrote first: evaluate again, holding the writer lock
+        except StaleSnapshot:  # another process wrote first: evaluate again, holding the writer lock
             results = self._operate_once(key, operations, condition, generation, writes, False)
         except (errors.ConditionNotMetError, errors.GenerationMismatchError):
             if guarded and writes:
@@ -450,7 +437,7 @@ class EmbeddedBackend(Backend):
                     self._store(conn, key, bins, current_generation + 1, None)
                 except sqlite3.OperationalError as exc:
                     if optimistic and ("locked" in str(exc) or "busy" in str(exc)):
-                        raise _StaleSnapshot() from exc
+                        raise StaleSnapshot() from exc
                     raise
         return results
 
@@ -464,7 +451,10 @@ class EmbeddedBackend(Backend):
                 (key.namespace, key.set_name, key.user_key),
             )
             removed = cursor.rowcount > 0
-        if removed:
+            group = self._group
+            if removed and group is not None:
+                group.reclaim = True  # vacuuming now would end the group's transaction: it does so at its end
+        if removed and group is None:
             self._reclaim()
         return removed
 
@@ -493,7 +483,7 @@ class EmbeddedBackend(Backend):
             try:
                 conn.executescript(script)
             except sqlite3.Error as exc:
-                raise _store_file_error(self.path, exc) from exc
+                raise store_file_error(self.path, exc) from exc
             finally:
                 self._writer_lock(False)
 
@@ -546,66 +536,6 @@ class EmbeddedBackend(Backend):
                     bins, _, updated_ns = loaded
                     results.append(_apply(key, bins, operations, self._clock_for(updated_ns, now)))
         return results
-
-
-class _StaleSnapshot(Exception):
-    """A deferred transaction could not become a writer: its snapshot is stale."""
-
-
-class _Transaction:
-    """One SQLite transaction per command.
-
-    A writer holds the cross-process writer lock for the whole transaction; a
-    guarded command starts as a reader and calls :meth:`become_writer` only
-    when its guard holds.
-    """
-
-    def __init__(self, backend: EmbeddedBackend, write: bool) -> None:
-        self._backend = backend
-        self._write = write
-        self._writer = False
-
-    def become_writer(self) -> None:
-        """Queue for the writer lock (no-op if already held)."""
-        if not self._writer:
-            self._backend._writer_lock(True)
-            self._writer = True
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._backend._lock.acquire()
-        try:
-            conn = self._backend._connection()
-            if self._write:
-                self.become_writer()
-            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
-        except (sqlite3.Error, OSError) as exc:
-            self._release()
-            raise _store_file_error(self._backend.path, exc) from exc
-        except BaseException:
-            self._release()
-            raise
-        return conn
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            conn = self._backend._conn
-            if conn is not None:
-                conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
-        except sqlite3.Error as failure:
-            if exc is None:
-                raise _store_file_error(self._backend.path, failure) from failure
-        finally:
-            self._release()
-        if isinstance(exc, sqlite3.Error):
-            raise _store_file_error(self._backend.path, exc) from exc
-
-    def _release(self) -> None:
-        try:
-            if self._writer:
-                self._backend._writer_lock(False)
-                self._writer = False
-        finally:
-            self._backend._lock.release()
 
 
 def _apply(

@@ -138,6 +138,7 @@ class Consumer:
         self._held: set[int] = set()
         self._owner_since = 0.0
         self._last_owner_write = 0.0
+        self._commits = 0  # deliveries and acks committed by this node
         self._queue_head = 0
         self._seen_tail = 0  # the highest tail read from the metadata record while owning
         self._closed = threading.Event()
@@ -231,7 +232,12 @@ class Consumer:
                 if self._owning and self._slice_over():
                     self._hand_over(final=False)  # keeps the queue if nobody else wants it
                 if self._owning and not self._slice_over():
-                    return self._deliver(max_entries, auto_ack)
+                    commits = self._commits
+                    with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
+                        delivered = self._deliver(max_entries, auto_ack)
+                    if self._commits != commits:
+                        self._sync_queue_head()  # may wait for the queue lock: never inside a group
+                    return delivered
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
@@ -343,7 +349,6 @@ class Consumer:
             return []  # nothing was delivered; the new owner has it all
         if not auto_ack:
             self._held.update(m.offset for m in delivered)
-        self._sync_queue_head()
         return delivered
 
     def _commit(self, cursor: int, inflight: dict[int, int]) -> None:
@@ -354,6 +359,7 @@ class Consumer:
             raise
         self._cursor, self._inflight = cursor, inflight
         self._last_owner_write = time.monotonic()
+        self._commits += 1
         self._event("commit")
 
     def _sync_queue_head(self, *, force: bool = False) -> None:

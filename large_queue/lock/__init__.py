@@ -36,10 +36,13 @@ producer may have moved it meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import random
 import time
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
@@ -287,13 +290,28 @@ class QueueLock:
         try:
             return self.try_acquire(txn_id)  # the common, uncontended case: no retry machinery
         except _Busy:
-            pass
+            return self._acquire_after_refusal(txn_id)
+
+    def holding(self, txn_id: str) -> Holding:
+        """The lock for one operation's body, which commits or releases the grant itself.
+
+        The lock is released if the body fails before its commit
+        (:class:`ReleasingOnError`). When the lock is free at once, the
+        acquire and the whole body are one group of commands
+        (:meth:`Backend.grouped`: one transaction on the embedded store); a
+        busy lock is waited for outside any group.
+        """
+        return Holding(self, txn_id)
+
+    def _acquire_after_refusal(self, txn_id: str) -> LockGrant:
+        """Wait, then try again, backing off, until the lock is ours or the acquire timeout has passed."""
         retrying = Retrying(
             retry=retry_if_exception_type(_Busy),
             wait=wait_random_exponential(multiplier=self.policy.initial_wait, max=self.policy.max_wait),
             stop=stop_after_delay(self.policy.acquire_timeout),
             reraise=True,
         )
+        time.sleep(random.uniform(0, self.policy.initial_wait))  # the first of the waits, after the refusal
         try:
             for attempt in retrying:
                 with attempt:
@@ -433,4 +451,40 @@ class ReleasingOnError:
             log.debug("could not release the lock after an error", exc_info=True)
 
 
-__all__ = ["LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError", "replaced_error"]
+class Holding:
+    """The lock for one operation's body: see :meth:`QueueLock.holding` (a class, as ReleasingOnError is)."""
+
+    def __init__(self, lock: QueueLock, txn_id: str) -> None:
+        self.lock = lock
+        self.txn_id = txn_id
+        self._group: contextlib.AbstractContextManager[None] | None = None
+        self._releasing: ReleasingOnError | None = None
+
+    def __enter__(self) -> LockGrant:
+        group = self.lock.backend.grouped()
+        group.__enter__()
+        try:
+            grant = self.lock.try_acquire(self.txn_id)
+        except _Busy:
+            group.__exit__(None, None, None)  # never wait inside a group
+            grant = self.lock._acquire_after_refusal(self.txn_id)
+        except BaseException as exc:
+            group.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            self._group = group
+        self._releasing = ReleasingOnError(self.lock, grant)
+        return grant
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            assert self._releasing is not None
+            self._releasing.__exit__(exc_type, exc, tb)
+        finally:
+            if self._group is not None:
+                self._group.__exit__(exc_type, exc, tb)
+
+
+__all__ = ["Holding", "LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError", "replaced_error"]

@@ -1,0 +1,197 @@
+"""How the embedded store's commands become SQLite transactions: one per command, or one per group.
+
+Every command is one transaction, so it is atomic across processes as an
+Aerospike command is on its record. A library operation made of several
+commands (an enqueue's reservation and publish; a dequeue's lock, read and
+commit) may run them as a group (:meth:`Backend.grouped`): one transaction
+for all of them, so one commit, one wait for the disk at
+``synchronous=full``, and one turn of the cross-process writer lock instead
+of one per command.
+
+A group changes no outcome. Its commands are evaluated in order, each
+against what the ones before it wrote, exactly as if sent one by one with no
+other writer in between, which is one of the orders the store allowed
+anyway. What it changes is what other processes can see, for the better:
+they see all of the group or none of it. The timeline of a crash:
+
+- t=0  a producer's group reserves offset 7 (the tail moves to 8, in the
+  transaction only).
+- t=1  the producer dies before publishing offset 7.
+- t=2  SQLite rolls the transaction back: no process ever saw offset 7
+  reserved, so no reader waits on a hole there, and the tail is 7 again.
+
+A command that is refused (a guard that does not hold, a record too large)
+wrote nothing, so the group goes on and commits what the others wrote, as
+separate commands would have. Only a failure of SQLite itself (a full disk)
+rolls the whole group back: no other process saw any of it, and the
+operation reports the failure.
+
+A group holds the writer lock from its first command to its last, so the
+code inside it must not wait for anything another process does (a busy
+queue lock's back-off, say): that process could be waiting for the writer
+lock in turn. Other threads of the process wait for the group to end.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from large_queue import errors
+
+if TYPE_CHECKING:
+    from large_queue.backends.embedded import EmbeddedBackend
+
+
+def store_file_error(path: Path, exc: sqlite3.Error | OSError) -> errors.BackendError:
+    """The library error for an SQLite failure on the store's file."""
+    text = str(exc)
+    lowered = text.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return errors.BackendBusyError(
+            f"store file {path} stayed locked by another process: {text}", code=-14
+        )
+    if "readonly" in lowered or "read-only" in lowered:
+        problem = "is read-only"
+    elif "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+        problem = "is damaged or is not a large_queue store"
+    elif "unable to open" in lowered:
+        problem = "cannot be opened (is it a directory, or in a directory that is not writable?)"
+    else:
+        problem = "failed"
+    return errors.StoreFileError(f"store file {path} {problem}: {text}", code=-1)
+
+
+class StaleSnapshot(Exception):
+    """A deferred transaction could not become a writer: its snapshot is stale."""
+
+
+class Transaction:
+    """One command's transaction, or its part in the group this thread has open.
+
+    A writer holds the cross-process writer lock for the whole transaction; a
+    guarded command starts as a reader and calls :meth:`become_writer` only
+    when its guard holds. In a group, the group's transaction (begun as a
+    writer) serves instead.
+    """
+
+    def __init__(self, backend: EmbeddedBackend, write: bool) -> None:
+        self._backend = backend
+        self._write = write
+        self._writer = False
+        self._grouped = False
+
+    def become_writer(self) -> None:
+        """Queue for the writer lock (no-op if already held)."""
+        if not self._writer and not self._grouped:
+            self._backend._writer_lock(True)
+            self._writer = True
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._backend._lock.acquire()
+        try:
+            conn = self._backend._connection()
+            if self._backend._group is not None:  # this thread's: another's would hold the lock above
+                self._grouped = True
+                return conn
+            if self._write:
+                self.become_writer()
+            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        except (sqlite3.Error, OSError) as exc:
+            self._release()
+            raise store_file_error(self._backend.path, exc) from exc
+        except BaseException:
+            self._release()
+            raise
+        return conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._grouped:
+            try:
+                if isinstance(exc, sqlite3.Error):
+                    group = self._backend._group
+                    assert group is not None
+                    group.failed = True
+                    raise store_file_error(self._backend.path, exc) from exc
+            finally:
+                self._release()
+            return
+        try:
+            conn = self._backend._conn
+            if conn is not None:
+                conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        except sqlite3.Error as failure:
+            if exc is None:
+                raise store_file_error(self._backend.path, failure) from failure
+        finally:
+            self._release()
+        if isinstance(exc, sqlite3.Error):
+            raise store_file_error(self._backend.path, exc) from exc
+
+    def _release(self) -> None:
+        try:
+            if self._writer:
+                self._backend._writer_lock(False)
+                self._writer = False
+        finally:
+            self._backend._lock.release()
+
+
+class Group:
+    """One transaction for every command sent inside it (see the module's timeline).
+
+    Entered again by the thread that holds it, it joins the open group.
+    """
+
+    def __init__(self, backend: EmbeddedBackend) -> None:
+        self._backend = backend
+        self._joined = False
+        self.failed = False  # SQLite failed a command: the whole group is rolled back
+        self.reclaim = False  # a record was removed: give its pages back once the group ends
+
+    def __enter__(self) -> None:
+        backend = self._backend
+        backend._lock.acquire()
+        if backend._group is not None:
+            self._joined = True
+            return
+        writer = False
+        try:
+            conn = backend._connection()
+            backend._writer_lock(True)
+            writer = True
+            conn.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            if writer:
+                backend._writer_lock(False)
+            backend._lock.release()
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise store_file_error(backend.path, exc) from exc
+            raise
+        backend._group = self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        backend = self._backend
+        if self._joined:
+            backend._lock.release()
+            return
+        backend._group = None
+        try:
+            conn = backend._conn
+            assert conn is not None
+            if self.failed:
+                conn.execute("ROLLBACK")
+            else:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as failure:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if exc is None:
+                        raise store_file_error(backend.path, failure) from failure
+        finally:
+            backend._writer_lock(False)
+            backend._lock.release()
+        if self.reclaim:
+            backend._reclaim()

@@ -204,6 +204,16 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
         backend.remove(keys.metadata)
         for key in _existing_buffers(record.bins, name, namespace):
             backend.remove(key)
+        groups = record.bins.get(rec.GROUPS)
+        for group in groups if isinstance(groups, list) else []:
+            if isinstance(group, str):
+                remove_ownership(backend, keys.group(group))
+    remove_ownership(backend, keys.group(None))
+    return True
+
+
+def remove_ownership(backend: Backend, keys: rec.OwnerKeys) -> None:
+    """Remove one cursor's ownership records: its nodes' heartbeats, its node list, its owner record."""
     nodes = backend.get(keys.nodes)
     node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
     for node_id in node_ids if isinstance(node_ids, list) else []:
@@ -211,7 +221,6 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
             backend.remove(keys.node(node_id))
     backend.remove(keys.nodes)
     backend.remove(keys.owner)
-    return True
 
 
 def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:

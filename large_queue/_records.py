@@ -47,6 +47,7 @@ OWNER_KEY = "queue-owner"
 NODES_KEY = "queue-nodes"
 NODE_KEY_PREFIX = "queue-node-"
 NODES = "nodes"  # bin of the nodes record: the ids of nodes that ever joined
+GROUP_KEY_PREFIX = "queue-group-"  # a consumer group's owner record; its nodes' records follow it
 
 # metadata bins (Aerospike bin names are at most 15 bytes)
 FORMAT = "format"
@@ -68,6 +69,7 @@ ENCODING = "encoding"
 LOCK_AT = "lock_at"  # format 3: when the lock was taken or renewed, on the store's clock (ms)
 HOLE_MS = "hole_ms"  # format 3: how long a reservation may stay unpublished before readers close it
 PUBLISHED = "published"  # format 3: every offset below it is published or closed (a hint that only grows)
+GROUPS = "groups"  # the names of the queue's consumer groups (absent: none); written under the lock
 
 # buffer bins (the fence bins share their names with the metadata counter's)
 SLOTS = "slots"
@@ -161,6 +163,35 @@ class QueueKeys:
         """Key of a node's heartbeat record."""
         return RecordKey(self.metadata_namespace, self.name, f"{NODE_KEY_PREFIX}{node_id}")
 
+    def group(self, group: str | None) -> OwnerKeys:
+        """Keys of the ownership records of consumer group ``group`` (None: the queue's own cursor)."""
+        if group is None:
+            return OwnerKeys(
+                owner=self.owner,
+                nodes=self.nodes,
+                node_prefix=(self.metadata_namespace, self.name, NODE_KEY_PREFIX),
+            )
+        prefix = f"{GROUP_KEY_PREFIX}{group}"
+        return OwnerKeys(
+            owner=RecordKey(self.metadata_namespace, self.name, prefix),
+            nodes=RecordKey(self.metadata_namespace, self.name, f"{prefix}-nodes"),
+            node_prefix=(self.metadata_namespace, self.name, f"{prefix}-node-"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnerKeys:
+    """The keys of one cursor's ownership records: the owner record, the node list, node heartbeats."""
+
+    owner: RecordKey
+    nodes: RecordKey
+    node_prefix: tuple[str, str, str]
+
+    def node(self, node_id: str) -> RecordKey:
+        """Key of a node's heartbeat record."""
+        namespace, set_name, prefix = self.node_prefix
+        return RecordKey(namespace, set_name, f"{prefix}{node_id}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Metadata:
@@ -180,6 +211,7 @@ class Metadata:
     appends: str = LOCKED_APPENDS
     hole_timeout_ms: int = 0  # format 3 only
     published: int = 0  # format 3 only: offsets below it are settled
+    groups: tuple[str, ...] = ()  # the queue's consumer groups
 
     @property
     def reserved(self) -> bool:
@@ -255,6 +287,7 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         appends=RESERVED_APPENDS if reserved else LOCKED_APPENDS,
         hole_timeout_ms=bins[HOLE_MS] if reserved else 0,
         published=bins[PUBLISHED] if reserved else 0,
+        groups=tuple(bins.get(GROUPS) or ()),
     )
 
 

@@ -105,6 +105,37 @@ class OwnershipLostError(QueueError):
     """
 
 
+class GroupsInUseError(QueueError):
+    """The queue is consumed by consumer groups: destructive dequeues and the ungrouped consumer are refused.
+
+    Every group must see every entry, so nothing may remove entries behind
+    their backs. Delete the groups (``large-queue groups NAME --delete G``) to
+    dequeue directly again.
+    """
+
+
+class GroupNotFoundError(QueueError):
+    """No consumer group of that name exists on the queue."""
+
+
+class DataLossError(QueueError):
+    """Entries a consumer group had not acked were overwritten by producers (``overwrite_if_full``).
+
+    ``lost`` is the range of offsets lost. The loss is recorded in the group
+    (its ``lost`` count) before this is raised, so the next receive goes on
+    after the lost range.
+    """
+
+    lost: range | None = None
+
+
+class DeliveryExpiredError(QueueError):
+    """A message was delivered again since (its visibility timeout passed, or it was nacked).
+
+    Only the latest delivery of an entry may be acked, nacked or extended.
+    """
+
+
 class OutcomeUnknownError(QueueError):
     """A write timed out after it may have been applied (``in_doubt``).
 

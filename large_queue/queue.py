@@ -33,6 +33,7 @@ from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
 from large_queue._txn import txn_id as _txn_id
+from large_queue._waiting import Backoff
 from large_queue.appends import Appender, slot_writes
 from large_queue.appends._prefix import HoleWatch, Settled
 from large_queue.appends._reader import PrefixReader
@@ -48,7 +49,7 @@ from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, sa
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
 
 if TYPE_CHECKING:
-    from large_queue.cluster import Consumer
+    from large_queue.cluster import Consumer, GroupInfo
     from large_queue.producer import Producer
 
 log = logging.getLogger("large_queue")
@@ -88,6 +89,7 @@ class QueueInfo:
     appends: str = rec.LOCKED_APPENDS  #: "reserve" or "lock": how producers append
     reserved_tail: int = 0  #: the end of the offsets producers have reserved (= tail_offset under the lock)
     hole_timeout: float | None = None  #: seconds a reader waits on an unpublished reservation ("reserve")
+    groups: tuple[GroupInfo, ...] = ()  #: the consumer groups: cursors, lag, in flight, lost, dead-lettered
 
 
 class Queue:
@@ -373,20 +375,43 @@ class Queue:
 
     # --- consuming -------------------------------------------------------------------
 
-    def dequeue(self, *, txn_id: str | int | None = None) -> Entry | None:
-        """Remove and return the head entry, or None if the queue is empty. 3 round trips."""
-        taken = self.dequeue_batch(1, txn_id=txn_id)
+    def dequeue(self, *, txn_id: str | int | None = None, timeout: float | None = None) -> Entry | None:
+        """Remove and return the head entry, or None if the queue is empty. 3 round trips.
+
+        ``timeout``: wait up to that many seconds for an entry (see :meth:`dequeue_batch`).
+        """
+        taken = self.dequeue_batch(1, txn_id=txn_id, timeout=timeout)
         return taken[0] if taken else None
 
-    def dequeue_batch(self, max_entries: int, *, txn_id: str | int | None = None) -> list[Entry]:
+    def dequeue_batch(
+        self, max_entries: int, *, txn_id: str | int | None = None, timeout: float | None = None
+    ) -> list[Entry]:
         """Remove and return up to ``max_entries`` entries from the head, in order.
 
         An entry whose slot was overwritten by a later lap (possible only with
         ``overwrite_if_full``) is skipped and logged; the call then goes on
         until it returns at least one entry or finds the queue empty.
+
+        With ``timeout`` (seconds), an empty queue is watched until an entry
+        is published or the time is up: one read of the metadata record per
+        poll, polls backing off from 5 ms to 0.1 s. ``GroupsInUseError`` if the
+        queue is consumed by consumer groups.
         """
         positive_int("max_entries", max_entries)
         txn = _txn_id(txn_id)
+        if timeout is not None and not timeout >= 0:
+            raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        taken = self._dequeue_now(max_entries, txn)
+        if taken or not timeout:
+            return taken
+        deadline = time.monotonic() + timeout
+        for _ in Backoff(deadline):
+            metadata = self.current_metadata()
+            if metadata.tail > metadata.head and (taken := self._dequeue_now(max_entries, txn)):
+                return taken
+        return []
+
+    def _dequeue_now(self, max_entries: int, txn: str) -> list[Entry]:
         once = self._dequeue_settled if self.reserved else self._dequeue_once
         while True:
             taken, again = once(max_entries, txn)
@@ -400,6 +425,7 @@ class Queue:
         at the head and has been open past the hole timeout, closes it first.
         """
         with self.lock.holding(txn) as grant:
+            self._refuse_groups(grant)
             grant, taken, settled = self._read_settled(grant, max_entries)
             closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
             self.lock.commit(grant, head=settled.end, published=settled.end, known={"entries": taken})
@@ -414,6 +440,16 @@ class Queue:
                 settled.overwritten,
             )
         return taken, closed or (not taken and settled.end > grant.head)
+
+    def _refuse_groups(self, grant: LockGrant) -> None:
+        """A destructive dequeue of a queue consumed by groups is refused (the lock is then released)."""
+        if grant.groups:
+            raise errors.GroupsInUseError(
+                f"queue {self.name!r} is consumed by groups {list(grant.groups)}: every group must see every"
+                " entry, so dequeuing directly is refused; consume it with queue.consumer(..., group=...),"
+                " or delete the groups first",
+                queue=self.name,
+            )
 
     def _read_settled(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], Settled]:
         """Read up to ``max_entries`` slots from the head under the lock, and settle them."""
@@ -444,6 +480,7 @@ class Queue:
 
     def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
         with self.lock.holding(txn) as grant:
+            self._refuse_groups(grant)
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
             self.lock.commit(grant, head=new_head, erased_below=grant.head, known={"entries": taken})
         self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
@@ -519,14 +556,45 @@ class Queue:
     def consumer(
         self, node_id: str, *, time_slice: float = 5.0, timeout: float = 10.0, **options: Any
     ) -> Consumer:
-        """A consumer for node ``node_id`` that shares this queue with other nodes.
+        """A consumer for node ``node_id`` that shares this queue (or one of its groups) with other nodes.
 
         Use it as a context manager; see :class:`large_queue.cluster.Consumer`.
-        Do not dequeue directly from a queue that nodes share this way.
+        With ``group="billing"`` it consumes as that consumer group (created
+        on first use): every group sees every entry. Do not dequeue directly
+        from a queue that nodes share without a group; one with groups refuses it.
         """
         from large_queue.cluster import Consumer
 
         return Consumer(self, node_id, time_slice=time_slice, timeout=timeout, **options)
+
+    # --- consumer groups ----------------------------------------------------------------
+
+    def create_group(self, name: str) -> bool:
+        """Create consumer group ``name`` at the head (it sees every entry still queued); False if it exists.
+
+        From then on the queue refuses destructive dequeues. 2 round trips under the queue lock.
+        """
+        from large_queue.cluster import _groups
+
+        return _groups.create(self, name)
+
+    def delete_group(self, name: str) -> bool:
+        """Delete consumer group ``name`` and its cursor; False if there is none."""
+        from large_queue.cluster import _groups
+
+        return _groups.delete(self, name)
+
+    def groups(self) -> list[GroupInfo]:
+        """Every consumer group: owner, cursors, lag, in flight, lost and dead-lettered counts."""
+        from large_queue.cluster import _groups
+
+        return _groups.describe_all(self)
+
+    def group(self, name: str) -> GroupInfo:
+        """Consumer group ``name`` as stored now (``GroupNotFoundError`` if there is none)."""
+        from large_queue.cluster import _groups
+
+        return _groups.describe(self, name)
 
     # --- reading without the lock --------------------------------------------------------
 
@@ -541,7 +609,7 @@ class Queue:
         """
         if type(offset) is not int or offset < 0:
             raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
-        metadata = self._current_metadata()
+        metadata = self.current_metadata()
         if not metadata.head <= offset < metadata.tail:
             return None
         if self.reserved:
@@ -573,7 +641,7 @@ class Queue:
         cannot be read) and ``reserved_tail`` the end of what producers have
         reserved.
         """
-        metadata = self._current_metadata()
+        metadata = self.current_metadata()
         tail = metadata.tail
         if self.reserved:
             try:
@@ -598,7 +666,15 @@ class Queue:
             appends=metadata.appends,
             reserved_tail=metadata.tail,
             hole_timeout=metadata.hole_timeout_ms / 1000 if self.reserved else None,
+            groups=tuple(self._describe_groups(metadata, tail)),
         )
+
+    def _describe_groups(self, metadata: rec.Metadata, tail: int) -> list[GroupInfo]:
+        if not metadata.groups:
+            return []
+        from large_queue.cluster import _groups
+
+        return [_groups.describe_at(self, name, tail) for name in metadata.groups]
 
     def published_tail(self, *, close_overdue: bool = False) -> tuple[int, int]:
         """``(head, end of the published prefix)`` now: what a reader may read.
@@ -606,7 +682,7 @@ class Queue:
         ``close_overdue``: a reader that waits on the prefix (a streaming
         reader) closes a hole it has seen open past the hole timeout.
         """
-        metadata = self._current_metadata()
+        metadata = self.current_metadata()
         if not self.reserved:
             return metadata.head, metadata.tail
         return metadata.head, self._published_tail(metadata, close_overdue=close_overdue)
@@ -614,10 +690,10 @@ class Queue:
     def _published_tail(self, metadata: rec.Metadata, *, close_overdue: bool = False) -> int:
         end, settled = self.prefix.prefix_end(metadata.head, metadata.published, metadata.tail)
         if close_overdue and settled is not None and self.prefix.close_overdue(settled):
-            end, _ = self.prefix.prefix_end(metadata.head, metadata.published, self._current_metadata().tail)
+            end, _ = self.prefix.prefix_end(metadata.head, metadata.published, self.current_metadata().tail)
         return end
 
-    def _current_metadata(self) -> rec.Metadata:
+    def current_metadata(self) -> rec.Metadata:
         """The metadata record now; ``QueueNotFoundError`` if the queue is not the one this handle opened."""
         self.counters.add(commands=1)
         metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)

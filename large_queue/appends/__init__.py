@@ -326,6 +326,10 @@ class Appender:
         got: list[Any] = found.get(rec.SLOTS, [])
         return got
 
+    def holds(self, offset: int) -> bool:
+        """True if ``offset``'s slot holds its published entry (one command)."""
+        return self._holds_entries(self.shape.record_of(offset), [(self.shape.slot_of(offset), offset)])
+
     def _holds_entries(self, record: int, slots: list[tuple[int, int]]) -> bool:
         got = self._read_slots(record, slots)
         return all(

@@ -11,7 +11,14 @@ While owning, a node needs no queue lock: a delivery is one read (the slots
 it needs; with the metadata record, in one batch, only when it must look
 past the tail it has already seen) and one owner-guarded write; an ack is
 one owner-guarded write. The queue's head (what producers see as
-consumed) advances to the acked prefix now and then, under the queue lock.
+consumed) advances to the acked prefix now and then, under the queue lock;
+in a queue consumed by groups, to the lowest acked position of any group
+(:mod:`large_queue.cluster._groups`).
+
+A receive given a ``timeout`` waits for entries by polling the store with a
+backoff that doubles from 5 ms up to ``max_poll_interval`` (kept across
+calls until something is delivered), so an idle consumer costs a bounded
+number of commands per second and its iterator never spins.
 """
 
 from __future__ import annotations
@@ -27,8 +34,13 @@ from typing import Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._frozen import frozen
+from large_queue._waiting import next_pause
 from large_queue.backends import ListGetRange, Operation, RecordKey
-from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, successor
+from large_queue.cluster import _groups
+from large_queue.cluster._dead_letters import DeadLetters
+from large_queue.cluster._deliveries import Deliveries
+from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, acked_position, successor
+from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
 log = logging.getLogger("large_queue.cluster")
@@ -43,6 +55,7 @@ class Message:
     enqueued_at_ms: int
     delivery_count: int
     epoch: int
+    group: str | None = None
     consumer: Consumer = field(repr=False, compare=False)
 
     @property
@@ -53,6 +66,17 @@ class Message:
     def ack(self) -> None:
         """Acknowledge: the entry is consumed and will not be delivered again."""
         self.consumer.ack([self])
+
+    def nack(self, *, delay: float = 0.0, error: str | None = None) -> None:
+        """Give the entry back: it is delivered again after ``delay`` seconds (delivery count + 1).
+
+        ``error`` is kept as the entry's last error (for its dead letter).
+        """
+        self.consumer.nack(self, delay=delay, error=error)
+
+    def extend(self, seconds: float) -> None:
+        """Keep the entry from being delivered again for ``seconds`` more from now."""
+        self.consumer.extend(self, seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +128,14 @@ class Consumer:
     ``timeout`` is how long a silent node (or owner) counts as alive;
     ``time_slice`` how long an owner keeps the queue while other nodes wait;
     ``max_in_flight`` bounds delivered, unacked entries.
+
+    ``group`` names the consumer group (created on first use): every group
+    sees every entry. ``visibility_timeout`` (seconds, None: never) is how
+    long a delivered message may go unacked before it is delivered again,
+    also while this node owns the queue. After ``max_deliveries``
+    deliveries an entry goes to ``dead_letter`` (a queue) instead, exactly
+    once. ``on_data_loss``: "report" (log and count entries overwritten
+    before they were acked) or "fail" (also raise ``DataLossError``).
     """
 
     def __init__(
@@ -116,14 +148,47 @@ class Consumer:
         poll_interval: float | None = None,
         max_in_flight: int = 1000,
         on_event: Callable[[OwnershipEvent], None] | None = None,
+        group: str | None = None,
+        visibility_timeout: float | None = 30.0,
+        max_deliveries: int | None = None,
+        dead_letter: Queue | None = None,
+        on_data_loss: str = "report",
+        max_poll_interval: float = 0.1,
     ) -> None:
-        if not (time_slice > 0 and timeout > 0):
-            raise errors.InvalidArgumentError("time_slice and timeout must be positive")
+        if not (time_slice > 0 and timeout > 0 and max_poll_interval > 0):
+            raise errors.InvalidArgumentError("time_slice, timeout and max_poll_interval must be positive")
         if type(max_in_flight) is not int or max_in_flight < 1:
             raise errors.InvalidArgumentError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+        if visibility_timeout is not None and not visibility_timeout > 0:
+            raise errors.InvalidArgumentError(
+                f"visibility_timeout must be positive seconds or None, got {visibility_timeout!r}"
+            )
+        if on_data_loss not in ("report", "fail"):
+            raise errors.InvalidArgumentError(
+                f"on_data_loss must be 'report' or 'fail', got {on_data_loss!r}"
+            )
+        if (max_deliveries is None) != (dead_letter is None):
+            raise errors.InvalidArgumentError(
+                "max_deliveries and dead_letter go together: give both or neither"
+            )
+        if max_deliveries is not None and (type(max_deliveries) is not int or max_deliveries < 1):
+            raise errors.InvalidArgumentError(
+                f"max_deliveries must be a positive int, got {max_deliveries!r}"
+            )
+        if group is not None:
+            _groups.check_group(group)
         self.queue = queue
         self.node_id = node_id
-        self.ownership = Ownership(queue, node_id, timeout=timeout)
+        self.group = group
+        self.ownership = Ownership(queue, node_id, timeout=timeout, group=group)
+        self.dead_letters = (
+            DeadLetters(queue, group, dead_letter, max_deliveries)
+            if dead_letter is not None and max_deliveries is not None
+            else None
+        )
+        self.on_data_loss = on_data_loss
+        self.max_poll_interval = max_poll_interval
+        self._idle_pause = 0.0  # the current wait between polls of an empty queue (0: poll at once)
         self.time_slice = time_slice
         self.timeout = timeout
         self.poll_interval = poll_interval or min(0.5, timeout / 5, time_slice / 4)
@@ -135,7 +200,14 @@ class Consumer:
         self._epoch = 0
         self._cursor = 0
         self._inflight: dict[int, int] = {}
-        self._held: set[int] = set()
+        self.deliveries = Deliveries(visibility_timeout)
+        self._lost = 0  # stored counts of the group: entries lost to overwriting, moved to dead letters
+        self._dead: dict[int, int] = {}
+        self._dead_lettered = 0
+        self._dying: list[
+            tuple[int, Any, int, int]
+        ] = []  # (offset, value, enqueued_at_ms, deliveries) to move
+        self._synced = 0  # the acked position the queue's head was last synced to
         self._owner_since = 0.0
         self._last_owner_write = 0.0
         self._commits = 0  # deliveries and acks committed by this node
@@ -147,7 +219,19 @@ class Consumer:
     # --- life cycle ------------------------------------------------------------------
 
     def start(self) -> Consumer:
-        """Join the queue's nodes and start watching ownership."""
+        """Join the queue's (or group's) nodes and start watching ownership.
+
+        A group is created on first use. The ungrouped consumer of a queue
+        consumed by groups is refused (``GroupsInUseError``).
+        """
+        if self.group is not None:
+            _groups.ensure(self.queue, self.group)
+        elif groups := self.queue.current_metadata().groups:
+            raise errors.GroupsInUseError(
+                f"queue {self.queue.name!r} is consumed by groups {list(groups)}: consume it as one of"
+                " them (group=...), or delete them to consume it without a group",
+                queue=self.queue.name,
+            )
         self.ownership.join()
         self._tick()
         self._thread = threading.Thread(target=self._run, name=f"large-queue-{self.node_id}", daemon=True)
@@ -186,10 +270,15 @@ class Consumer:
     # --- consuming --------------------------------------------------------------------
 
     def receive(self, max_entries: int = 1, *, timeout: float | None = None) -> list[Message]:
-        """Deliver up to ``max_entries`` entries, waiting up to ``timeout`` s to own the queue.
+        """Deliver up to ``max_entries`` entries.
 
-        Costs one batch get and one write; entries left unacked by an earlier
-        owner come first, marked as redelivered.
+        With ``timeout`` (seconds), waits up to that long for this node to own
+        the queue and for entries to be published, returning as soon as any
+        are delivered. Without it, waits up to the consumer's ``timeout`` for
+        ownership and returns at once if nothing is there. Costs one batch get
+        and one write; entries delivered before and not acked (by an earlier
+        owner, or past their visibility timeout) come first, marked as
+        redelivered.
         """
         messages = self._receive(max_entries, timeout, auto_ack=False)
         return [m for m in messages if isinstance(m, Message)]
@@ -204,26 +293,74 @@ class Consumer:
             yield from self.receive(1, timeout=self.poll_interval)
 
     def ack(self, messages: list[Message]) -> None:
-        """Acknowledge delivered messages in one write; ``OwnershipLostError`` if no longer owner."""
+        """Acknowledge delivered messages in one write.
+
+        ``OwnershipLostError`` if this node no longer owns the queue under the
+        epoch that delivered them; ``DeliveryExpiredError`` (nothing acked) if
+        one of them was delivered again since. A message already acked is
+        left as it is.
+        """
         with self._lock:
-            stale = [m.offset for m in messages if m.epoch != self._epoch]
-            if stale or not self._owning:
-                raise errors.OwnershipLostError(
-                    f"node {self.node_id!r} cannot ack offsets {stale or [m.offset for m in messages]}:"
-                    " it no longer owns the queue under the epoch that delivered them; the new owner"
-                    " redelivers them",
-                    queue=self.queue.name,
-                    node_id=self.node_id,
-                )
-            offsets = {m.offset for m in messages}
+            offsets = {m.offset for m in self._current(messages) if m.offset in self._inflight}
+            if not offsets:
+                return
             inflight = {o: c for o, c in self._inflight.items() if o not in offsets}
             self._commit(self._cursor, inflight)
-            self._held -= offsets
+            self.deliveries.acked(offsets)
             self._sync_queue_head()
+
+    def nack(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> None:
+        """Release ``message`` to be delivered again after ``delay`` seconds. No store command."""
+        if not delay >= 0:
+            raise errors.InvalidArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        with self._lock:
+            if self._current([message]) and message.offset in self._inflight:
+                self.deliveries.nacked(message.offset, delay, error)
+                self._lock.notify_all()
+
+    def extend(self, message: Message, seconds: float) -> None:
+        """Keep ``message`` from being delivered again for ``seconds`` more. No store command."""
+        if not seconds > 0:
+            raise errors.InvalidArgumentError(f"seconds must be positive, got {seconds!r}")
+        with self._lock:
+            current = self._current([message])
+            if not current or message.offset not in self.deliveries.held:
+                raise errors.DeliveryExpiredError(
+                    f"offset {message.offset} of queue {self.queue.name!r} is no longer held by this"
+                    " delivery (acked, nacked or timed out): it cannot be extended",
+                    queue=self.queue.name,
+                    offset=message.offset,
+                )
+            self.deliveries.extended(message.offset, seconds)
+
+    def _current(self, messages: list[Message]) -> list[Message]:
+        """``messages``, checked to be this ownership's latest deliveries (else raise)."""
+        stale = [m.offset for m in messages if m.epoch != self._epoch]
+        if stale or not self._owning:
+            raise errors.OwnershipLostError(
+                f"node {self.node_id!r} cannot settle offsets {stale or [m.offset for m in messages]}:"
+                " it no longer owns the queue under the epoch that delivered them; the new owner"
+                " redelivers them",
+                queue=self.queue.name,
+                node_id=self.node_id,
+            )
+        again = [
+            m.offset for m in messages if self._inflight.get(m.offset, m.delivery_count) != m.delivery_count
+        ]
+        if again:
+            raise errors.DeliveryExpiredError(
+                f"offsets {again} of queue {self.queue.name!r} were delivered again since these messages"
+                " (their visibility timeout passed, or they were nacked): only the latest delivery counts",
+                queue=self.queue.name,
+                offsets=again,
+            )
+        return messages
 
     def _receive(self, max_entries: int, timeout: float | None, *, auto_ack: bool) -> list[Message | Entry]:
         if type(max_entries) is not int or max_entries < 1:
             raise errors.InvalidArgumentError(f"max_entries must be a positive int, got {max_entries!r}")
+        if timeout is not None and not timeout >= 0:
+            raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._lock:
             while True:
@@ -231,21 +368,49 @@ class Consumer:
                     return []
                 if self._owning and self._slice_over():
                     self._hand_over(final=False)  # keeps the queue if nobody else wants it
+                pause = self.poll_interval  # not owning: the watcher thread notifies a take
                 if self._owning and not self._slice_over():
-                    commits = self._commits
-                    with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
-                        delivered = self._deliver(max_entries, auto_ack)
-                    if self._commits != commits:
-                        self._sync_queue_head()  # may wait for the queue lock: never inside a group
-                    return delivered
+                    delivered = self._deliver_now(max_entries, auto_ack)
+                    if delivered or timeout is None:
+                        return delivered
+                    pause = self._idle_pause = next_pause(self._idle_pause, self.max_poll_interval)
+                    due = self.deliveries.next_due(self._inflight)
+                    if due is not None:
+                        pause = min(pause, max(0.0, due - time.monotonic()))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                self._lock.wait(min(remaining, self.poll_interval))
+                self._lock.wait(min(remaining, pause))
+
+    def _deliver_now(self, max_entries: int, auto_ack: bool) -> list[Message | Entry]:
+        """One delivery as owner: read and commit (one group), then what may wait on the lock or others."""
+        commits = self._commits
+        lost = self._lost
+        with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
+            delivered = self._deliver(max_entries, auto_ack)
+        if delivered:
+            self._idle_pause = 0.0
+        if self._dying:
+            self._move_dying()
+        if self._commits != commits:
+            self._sync_queue_head()  # may wait for the queue lock: never inside a group
+        if self._lost != lost and self.on_data_loss == "fail":
+            raise errors.DataLossError(
+                f"{self._lost - lost} entries of queue {self.queue.name!r} were overwritten before"
+                f" {self._who()} acked them (they are counted as lost; the next receive goes on after them)",
+                queue=self.queue.name,
+                group=self.group,
+                count=self._lost - lost,
+            )
+        return delivered
+
+    def _who(self) -> str:
+        return f"group {self.group!r}" if self.group is not None else f"node {self.node_id!r}"
 
     def _deliver(self, max_entries: int, auto_ack: bool) -> list[Message | Entry]:
         shape = self.queue.shape
-        redeliver = sorted(o for o in self._inflight if o not in self._held)[:max_entries]
+        self.deliveries.expire()
+        redeliver = self.deliveries.due(self._inflight)[:max_entries]
         budget = max_entries - len(redeliver)
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
@@ -293,7 +458,11 @@ class Consumer:
         slots: dict[int, Any] = {}
         for record, buffer in zip(records, found, strict=True):
             slots[record] = buffer.get(rec.SLOTS) if buffer is not None else None
-        cursor = max(self._cursor, self._queue_head)  # below the head: dropped by overwriting producers
+        # Below the head: dropped by overwriting producers before this consumer acked them.
+        lost = max(0, self._queue_head - self._cursor) + sum(
+            1 for o in self._inflight if o < self._queue_head
+        )
+        cursor = max(self._cursor, self._queue_head)
         fresh = [o for o in candidates if cursor <= o < self._seen_tail]
 
         def slot_at(offset: int) -> Any:
@@ -312,15 +481,28 @@ class Consumer:
                 self.queue.prefix.close_overdue(settled)
         inflight = {o: c for o, c in self._inflight.items() if o >= self._queue_head}
         delivered: list[Message | Entry] = []
+        lost_again: set[int] = set()  # offsets whose slot a later lap took: lost, like those below the head
         for offset in [*redeliver, *fresh]:
+            if offset < self._queue_head:
+                continue  # counted as lost above
             record = shape.record_of(offset)
             slot = slot_at(offset)
             entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
             count = inflight.pop(offset, 0) + 1
             if entry is None:
                 log.warning(
-                    "queue %r: offset %d was overwritten before it was consumed", self.queue.name, offset
+                    "queue %r: offset %d was overwritten before %s acked it",
+                    self.queue.name,
+                    offset,
+                    self._who(),
                 )
+                lost_again.add(offset)
+                continue
+            if self.dead_letters is not None and (
+                offset in self._dead or count > self.dead_letters.max_deliveries
+            ):
+                inflight[offset] = count - 1  # moved after this commit (see _move_dying)
+                self._dying.append((offset, entry[0], entry[1], count - 1))
                 continue
             if auto_ack:
                 delivered.append(frozen(Entry, offset=offset, value=entry[0], enqueued_at_ms=entry[1]))
@@ -334,6 +516,7 @@ class Consumer:
                         enqueued_at_ms=entry[1],
                         delivery_count=count,
                         epoch=self._epoch,
+                        group=self.group,
                         consumer=self,
                     )
                 )
@@ -341,23 +524,83 @@ class Consumer:
             cursor = max(cursor, settled_end)  # past what is delivered and what is closed
         else:
             cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
-        if not delivered and cursor == self._cursor and inflight == self._inflight:
+        lost += len(lost_again)
+        if lost and self.on_data_loss == "fail":
+            # Nothing is delivered this time, so that the error comes before any entry after the loss:
+            # only the loss is committed (overwriting takes the oldest first, so the lost are a prefix).
+            cursor = max(self._cursor, self._queue_head, *(o + 1 for o in lost_again if o >= self._cursor))
+            inflight = {
+                o: c for o, c in self._inflight.items() if o >= self._queue_head and o not in lost_again
+            }
+            delivered, self._dying = [], []
+        if not delivered and cursor == self._cursor and inflight == self._inflight and not lost:
             return []
+        counts = {"lost": self._lost + lost} if lost else {}
+        if lost:
+            log.warning(
+                "queue %r: %s lost %d entries to overwriting producers", self.queue.name, self._who(), lost
+            )
         try:
-            self._commit(cursor, inflight)
+            self._commit(cursor, inflight, **counts)
         except errors.OwnershipLostError:
+            self._dying = []
             return []  # nothing was delivered; the new owner has it all
         if not auto_ack:
-            self._held.update(m.offset for m in delivered)
+            self.deliveries.delivered([m.offset for m in delivered])
         return delivered
 
-    def _commit(self, cursor: int, inflight: dict[int, int]) -> None:
+    def _move_dying(self) -> None:
+        """Move the entries that reached ``max_deliveries`` to the dead-letter queue (see its module)."""
+        assert self.dead_letters is not None
+        dying, self._dying = self._dying, []
+        for offset, value, enqueued_at_ms, deliveries in dying:
+            letter = self.dead_letters.letter(
+                offset, value, enqueued_at_ms, deliveries, self.deliveries.last_error.get(offset)
+            )
+            try:
+                while True:
+                    at = self._dead.get(offset)
+                    if at is None:
+                        at = self.dead_letters.reserve()
+                        self._commit(self._cursor, self._inflight, dead={**self._dead, offset: at})
+                    if self.dead_letters.publish(at, letter):
+                        break
+                    self._commit(
+                        self._cursor,
+                        self._inflight,
+                        dead={o: a for o, a in self._dead.items() if o != offset},
+                    )
+            except errors.OwnershipLostError:
+                return  # the new owner finishes the move from the owner record
+            except errors.LargeQueueError as exc:
+                log.warning(
+                    "queue %r: offset %d could not be moved to dead-letter queue %r yet (%s); it stays"
+                    " in flight and is tried again",
+                    self.queue.name,
+                    offset,
+                    self.dead_letters.target.name,
+                    exc,
+                )
+                continue
+            inflight = {o: c for o, c in self._inflight.items() if o != offset}
+            self._commit(
+                self._cursor,
+                inflight,
+                dead={o: a for o, a in self._dead.items() if o != offset},
+                dead_lettered=self._dead_lettered + 1,
+            )
+            self.deliveries.acked({offset})
+
+    def _commit(self, cursor: int, inflight: dict[int, int], **counts: Any) -> None:
         try:
-            self.ownership.commit(self._epoch, cursor=cursor, inflight=inflight)
+            self.ownership.commit(self._epoch, cursor=cursor, inflight=inflight, **counts)
         except errors.OwnershipLostError:
             self._lose()
             raise
         self._cursor, self._inflight = cursor, inflight
+        self._lost = counts.get("lost", self._lost)
+        self._dead = counts.get("dead", self._dead)
+        self._dead_lettered = counts.get("dead_lettered", self._dead_lettered)
         self._last_owner_write = time.monotonic()
         self._commits += 1
         self._event("commit")
@@ -366,20 +609,42 @@ class Consumer:
         """Advance the queue's head to the acked prefix when it lags far enough (or ``force``).
 
         Producers see free space only up to the head; it never passes an entry
-        that is unacked, so no producer can overwrite one.
+        that is unacked (by any group), so no producer can overwrite one
+        unless it appends with ``overwrite_if_full``.
         """
-        acked = min(self._inflight, default=self._cursor)
-        if acked <= self._queue_head or (acked - self._queue_head < self._sync_every and not force):
+        acked = acked_position(self._cursor, self._inflight)
+        if acked <= max(self._queue_head, self._synced) or (
+            acked - max(self._queue_head, self._synced) < self._sync_every and not force
+        ):
             return
         grant = self.queue.lock.acquire(f"{self.node_id}:head")
         try:
-            if acked > grant.head:
-                self.queue.lock.commit(grant, head=acked)
+            target = self._head_target(grant, acked)
+            if target > grant.head:
+                self.queue.lock.commit(grant, head=target)
             else:
                 self.queue.lock.release(grant)
         except errors.LockLostError:
             return
-        self._queue_head = max(acked, grant.head)
+        self._synced = acked
+        self._queue_head = max(target, grant.head)
+
+    def _head_target(self, grant: LockGrant, acked: int) -> int:
+        """Where the head may go: this consumer's acked position, or the lowest of every group's."""
+        if self.group is None:
+            if grant.groups:
+                log.warning(
+                    "queue %r: consumer groups %s were created while node %r consumed it without a group;"
+                    " the head is left to them",
+                    self.queue.name,
+                    list(grant.groups),
+                    self.node_id,
+                )
+                return grant.head
+            return acked
+        if self.group not in grant.groups:
+            return grant.head  # the group was deleted: its next owner write says so
+        return min(acked, _groups.acked_floor(self.queue, grant.groups, grant.head))
 
     # --- ownership ---------------------------------------------------------------------
 
@@ -434,7 +699,9 @@ class Consumer:
         self._epoch = state.epoch
         self._cursor = state.cursor
         self._inflight = dict(state.inflight)
-        self._held = set()
+        self._lost, self._dead, self._dead_lettered = state.lost, dict(state.dead), state.dead_lettered
+        self._synced = 0
+        self.deliveries.reset()
         self._seen_tail = 0  # the first delivery reads the metadata (and finds a queue created again)
         self._owner_since = self._last_owner_write = time.monotonic()
         self._event("take")
@@ -443,7 +710,7 @@ class Consumer:
     def _lose(self) -> None:
         if self._owning:
             self._owning = False
-            self._held = set()
+            self.deliveries.reset()
             self._event("lost")
 
     def _slice_over(self) -> bool:
@@ -457,7 +724,7 @@ class Consumer:
         that a busy consumer does not turn them into redeliveries.
         """
         grace_over = time.monotonic() - self._owner_since > self.time_slice + self.timeout / 2
-        if self._held and not final and not grace_over:
+        if self.deliveries.held and not final and not grace_over:
             return
         others = self.ownership.live_interested(excluding=self.node_id)
         if not others and not final:
@@ -467,7 +734,7 @@ class Consumer:
         if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):
             self._event("release")
         self._owning = False
-        self._held = set()
+        self.deliveries.reset()
         self._lock.notify_all()
 
     def _event(self, kind: str) -> None:

@@ -30,7 +30,7 @@ The failure story, as a timeline (timeout 10 s)::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from large_queue import errors
@@ -57,6 +57,9 @@ CURSOR = "cursor"
 INFLIGHT = "inflight"
 SILENT_MS = "silent_ms"  # an expression result, not a stored bin
 INTERESTED = "interested"
+LOST = "lost"  # groups: entries overwritten before the group acked them
+DEAD = "dead"  # groups: offset -> dead-letter queue offset reserved for it, while it is moved
+DEAD_LETTERED = "dead_lettered"  # groups: entries moved to the dead-letter queue
 MAX_NODE_ID_CHARS = 40
 
 
@@ -74,6 +77,9 @@ class OwnerState:
     cursor: int
     inflight: dict[int, int]
     silent_ms: int
+    lost: int = 0
+    dead: dict[int, int] = field(default_factory=dict)
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +90,11 @@ class NodeState:
     interested: bool
     alive: bool
     silent_ms: int | None
+
+
+def acked_position(cursor: int, inflight: dict[int, int]) -> int:
+    """Every offset below it is acked: the lowest in-flight offset, or the cursor."""
+    return min(inflight, default=cursor)
 
 
 def successor(after: str, candidates: list[str]) -> str | None:
@@ -97,7 +108,7 @@ def successor(after: str, candidates: list[str]) -> str | None:
 class Ownership:
     """The ownership records of one queue, seen by one node."""
 
-    def __init__(self, queue: Queue, node_id: str, *, timeout: float) -> None:
+    def __init__(self, queue: Queue, node_id: str, *, timeout: float, group: str | None = None) -> None:
         if not isinstance(node_id, str) or not 0 < len(node_id) <= MAX_NODE_ID_CHARS:
             raise errors.InvalidArgumentError(
                 f"node_id must be a string of 1 to {MAX_NODE_ID_CHARS} characters, got {node_id!r}"
@@ -106,20 +117,29 @@ class Ownership:
         self.backend = queue.backend
         self.node_id = node_id
         self.timeout_ms = max(1, round(timeout * 1000))
-        self.owner_key = queue.keys.owner
-        self.nodes_key = queue.keys.nodes
-        self.node_key = queue.keys.node
+        self.group = group
+        keys = queue.keys.group(group)
+        self.owner_key = keys.owner
+        self.nodes_key = keys.nodes
+        self.node_key = keys.node
 
     # --- joining and heartbeats ---------------------------------------------------
 
     def join(self) -> None:
-        """Create the owner record if needed and add this node to the node list."""
+        """Create the owner record if needed (a group makes its own) and join the node list."""
         with contextlib.suppress(errors.RecordExistsError):
-            self.backend.put(
-                self.owner_key,
-                {OWNER: "", EPOCH: 0, LAST_OWNER: "", CURSOR: self.queue.info().head_offset, INFLIGHT: {}},
-                mode=WriteMode.CREATE_ONLY,
-            )
+            if self.group is None:
+                self.backend.put(
+                    self.owner_key,
+                    {
+                        OWNER: "",
+                        EPOCH: 0,
+                        LAST_OWNER: "",
+                        CURSOR: self.queue.info().head_offset,
+                        INFLIGHT: {},
+                    },
+                    mode=WriteMode.CREATE_ONLY,
+                )
         self.heartbeat(interested=True)
         while True:
             record = self.backend.get(self.nodes_key)
@@ -154,14 +174,14 @@ class Ownership:
                     Read(LAST_OWNER),
                     Read(CURSOR),
                     Read(INFLIGHT),
+                    Read(LOST),
+                    Read(DEAD),
+                    Read(DEAD_LETTERED),
                     ReadSinceUpdate(SILENT_MS),
                 ],
             )
         except errors.RecordNotFoundError:
-            raise errors.QueueNotFoundError(
-                f"queue {self.queue.name!r} has no ownership record: no consumer has joined it",
-                queue=self.queue.name,
-            ) from None
+            raise self._missing() from None
         inflight = bins.get(INFLIGHT) or {}
         return OwnerState(
             owner=bins.get(OWNER, ""),
@@ -170,6 +190,22 @@ class Ownership:
             cursor=bins.get(CURSOR, 0),
             inflight={int(offset): int(count) for offset, count in inflight.items()},
             silent_ms=bins[SILENT_MS],
+            lost=bins.get(LOST) or 0,
+            dead={int(offset): int(at) for offset, at in (bins.get(DEAD) or {}).items()},
+            dead_lettered=bins.get(DEAD_LETTERED) or 0,
+        )
+
+    def _missing(self) -> errors.QueueError:
+        if self.group is not None:
+            return errors.GroupNotFoundError(
+                f"queue {self.queue.name!r} has no consumer group {self.group!r} (it was deleted,"
+                " or never created)",
+                queue=self.queue.name,
+                group=self.group,
+            )
+        return errors.QueueNotFoundError(
+            f"queue {self.queue.name!r} has no ownership record: no consumer has joined it",
+            queue=self.queue.name,
         )
 
     def nodes(self) -> list[NodeState]:
@@ -233,10 +269,20 @@ class Ownership:
             return False
         return True
 
-    def commit(self, epoch: int, *, cursor: int, inflight: dict[int, int]) -> None:
-        """Record delivery and ack state (and prove liveness), only while owning ``epoch``."""
+    def commit(self, epoch: int, *, cursor: int, inflight: dict[int, int], **counts: Any) -> None:
+        """Record delivery and ack state (and prove liveness), only while owning ``epoch``.
+
+        ``counts`` are a group's other bins to write with it (``lost``,
+        ``dead``, ``dead_lettered``).
+        """
         self._owner_write(
-            epoch, [Write(OWNER, self.node_id), Write(CURSOR, cursor), Write(INFLIGHT, inflight)]
+            epoch,
+            [
+                Write(OWNER, self.node_id),
+                Write(CURSOR, cursor),
+                Write(INFLIGHT, inflight),
+                *(Write(name, value) for name, value in counts.items()),
+            ],
         )
 
     def keep_alive(self, epoch: int) -> None:
@@ -268,6 +314,8 @@ class Ownership:
                 ),
             )
         except errors.RecordNotFoundError:
+            if self.group is not None:
+                raise self._missing() from None
             raise errors.QueueNotFoundError(
                 f"queue {self.queue.name!r} was deleted while node {self.node_id!r} owned it;"
                 " nothing was delivered or acked",

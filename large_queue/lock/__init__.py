@@ -54,6 +54,7 @@ from large_queue._records import (
     ERASED_BELOW,
     FENCE_COUNTER,
     FENCE_EPOCH,
+    GROUPS,
     HEAD,
     INCARNATION,
     LOCK_AT,
@@ -115,6 +116,7 @@ class LockGrant:
     tail: int
     acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
     erased_below: int = 0  # dequeued slots below this offset were already erased
+    groups: tuple[str, ...] = ()  # the queue's consumer groups (see large_queue.cluster.groups)
 
 
 #: what an acquire does besides naming its owner: a new token, and the state the holder needs
@@ -125,6 +127,7 @@ _TAKE_AND_READ = (
     Read(FENCE_EPOCH),
     Read(FENCE_COUNTER),
     Read(ERASED_BELOW),
+    Read(GROUPS),
 )
 #: the lock has no owner, or its owner has been silent longer than the TTL
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
@@ -248,6 +251,7 @@ class QueueLock:
             tail=state[TAIL],
             acquired_at=time.monotonic(),
             erased_below=state.get(ERASED_BELOW) or 0,
+            groups=tuple(state.get(GROUPS) or ()),
         )
         broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
             NO_OWNER,
@@ -393,12 +397,14 @@ class QueueLock:
         tail: int | None = None,
         erased_below: int | None = None,
         published: int | None = None,
+        groups: list[str] | None = None,
         known: dict[str, Any] | None = None,
     ) -> None:
         """Publish new head/tail and release, in one write, only if still held.
 
         ``erased_below`` records how far dequeued slots have been erased;
-        ``published`` how far the holder found every offset settled (format 3).
+        ``published`` how far the holder found every offset settled (format 3);
+        ``groups`` the queue's consumer groups from now on.
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
         cannot be told (what the operation would have changed).
         """
@@ -414,6 +420,8 @@ class QueueLock:
             operations.append(Write(TAIL, tail))
         if erased_below is not None and erased_below != grant.erased_below:
             operations.append(Write(ERASED_BELOW, erased_below))
+        if groups is not None and tuple(groups) != grant.groups:
+            operations.append(Write(GROUPS, list(groups)))
         self._guarded(grant, operations, "the commit", known)
 
     def release(self, grant: LockGrant) -> None:

@@ -1,0 +1,87 @@
+"""Moving a message that keeps failing to a dead-letter queue, exactly once.
+
+After ``max_deliveries`` deliveries without an ack, the owner moves the entry
+to the dead-letter queue the user named (an ordinary queue of this library
+that appends without the lock) and acks it in the source. The move is three
+commands, and the owner record remembers the dead-letter offset it reserved
+before anything is published there, so that a crash anywhere neither loses
+the entry nor puts it twice. The failure story, as a timeline::
+
+    t=0  Owner A finds offset 57 delivered 5 times (max_deliveries 5).
+         It reserves offset 12 in the dead-letter queue (one command).
+    t=0  A writes dead = {57: 12} into the group's owner record (guarded
+         by its epoch): from now on 12 is where 57's dead letter goes.
+    t=0  A dies before publishing 12. Nothing is visible in the
+         dead-letter queue; 57 is still in flight in the source.
+    t=6  A reader of the dead-letter queue finds 12 unpublished past the
+         hole timeout and closes it (a tombstone: 12 can never be published).
+    t=11 B owns the group. It finds dead = {57: 12}, tries to publish 12,
+         is refused, reads the tombstone: the dead letter was never visible.
+         It reserves 13, writes dead = {57: 13}, publishes 13 and acks 57
+         (dead = {}, dead_lettered + 1) in one owner write.
+
+Had A died after publishing 12, B's publish would have been refused by the
+slot holding 12's entry already, and B would only have acked 57. A late
+publish of a closed reservation fails, and never shows. The one case this
+cannot tell apart: the dead-letter queue has since wrapped past 12 (a whole
+lap of it consumed while the group had no owner); the entry is then counted
+as moved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from large_queue import errors
+from large_queue._entries import check_entries
+from large_queue.queue import Queue
+
+
+class DeadLetters:
+    """The dead-letter queue of one consumer, and how an entry is put there."""
+
+    def __init__(self, source: Queue, group: str | None, target: Queue, max_deliveries: int) -> None:
+        if not target.reserved:
+            raise errors.InvalidArgumentError(
+                f"dead-letter queue {target.name!r} must append without the lock (appends='reserve'):"
+                " a move is exactly once only where a reservation can be published later"
+            )
+        if target.name == source.name and target.keys.metadata == source.keys.metadata:
+            raise errors.InvalidArgumentError(f"queue {source.name!r} cannot be its own dead-letter queue")
+        self.source = source
+        self.group = group
+        self.target = target
+        self.max_deliveries = max_deliveries
+
+    def letter(self, offset: int, value: Any, enqueued_at_ms: int, deliveries: int, error: str | None) -> Any:
+        """The dead-letter entry of ``offset``: the entry and where it came from."""
+        letter = {
+            "queue": self.source.name,
+            "group": self.group,
+            "offset": offset,
+            "delivery_count": deliveries,
+            "last_error": error,
+            "enqueued_at_ms": enqueued_at_ms,
+            "value": value,
+        }
+        return check_entries([letter], self.target.max_entry_bytes, self.target.encoding)[0]
+
+    def reserve(self) -> int:
+        """Take one offset in the dead-letter queue (``QueueFullError`` if it is full)."""
+        return self.target.appender.reserve(1, overwrite=False)
+
+    def publish(self, at: int, letter: Any) -> bool:
+        """Publish ``letter`` at reserved offset ``at``; False if that reservation was closed.
+
+        True also when an earlier attempt (of this or a dead owner) already
+        published it: the slot then holds it, and the store refuses a second.
+        """
+        try:
+            self.target.appender.publish(at, [letter], time.time_ns() // 1_000_000)
+        except errors.ReservationClosedError:
+            return self.target.appender.holds(at)
+        return True
+
+
+__all__ = ["DeadLetters"]

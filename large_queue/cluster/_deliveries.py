@@ -1,0 +1,98 @@
+"""What the owning node knows of its deliveries: which are held, until when, and why they failed.
+
+The owner record keeps, for every entry delivered and not acked, how many
+times it was delivered (that survives a change of owner). This node keeps,
+in memory, what only matters while it owns the queue:
+
+- **held**: delivered to this node's consumers and not yet acked, nacked
+  or timed out; never delivered again while held;
+- **visible again at**: a held delivery whose ``visibility_timeout`` passes
+  (on this node's monotonic clock) is no longer held, and the next receive
+  delivers it again with its delivery count + 1; ``extend`` moves it later;
+- **not before**: ``nack(delay=...)`` releases a delivery and keeps it from
+  being delivered again until the delay is over;
+- **last error**: what ``nack(error=...)`` said, for the dead-letter queue.
+
+A new owner knows none of this: it delivers every unacked entry again at
+once (with its stored delivery count + 1), as after any change of owner.
+Only the latest delivery of an entry may be acked, nacked or extended: the
+delivery count of the message must match the one stored.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class Deliveries:
+    """The in-memory side of one owner's deliveries (see the module docstring)."""
+
+    def __init__(self, visibility_timeout: float | None) -> None:
+        self.visibility_timeout = visibility_timeout
+        self.held: set[int] = set()
+        self._visible_at: dict[int, float] = {}
+        self._not_before: dict[int, float] = {}
+        self.last_error: dict[int, str] = {}
+
+    def reset(self) -> None:
+        """Forget everything: ownership began or ended."""
+        self.held.clear()
+        self._visible_at.clear()
+        self._not_before.clear()
+        self.last_error.clear()
+
+    def expire(self, now: float | None = None) -> list[int]:
+        """Release held deliveries whose visibility timeout has passed; return their offsets."""
+        now = time.monotonic() if now is None else now
+        expired = [offset for offset in self.held if self._visible_at.get(offset, float("inf")) <= now]
+        for offset in expired:
+            self.held.discard(offset)
+            self._visible_at.pop(offset, None)
+        return expired
+
+    def due(self, inflight: dict[int, int], now: float | None = None) -> list[int]:
+        """In-flight offsets to deliver again now, lowest first: not held and not delayed by a nack."""
+        now = time.monotonic() if now is None else now
+        return sorted(
+            offset
+            for offset in inflight
+            if offset not in self.held and self._not_before.get(offset, 0.0) <= now
+        )
+
+    def delivered(self, offsets: list[int], now: float | None = None) -> None:
+        """These offsets were just delivered to this node's consumers."""
+        now = time.monotonic() if now is None else now
+        self.held.update(offsets)
+        for offset in offsets:
+            self._not_before.pop(offset, None)
+            if self.visibility_timeout is not None:
+                self._visible_at[offset] = now + self.visibility_timeout
+
+    def acked(self, offsets: set[int]) -> None:
+        """These offsets were acked (or moved to the dead-letter queue): forget them."""
+        for offset in offsets:
+            self.held.discard(offset)
+            self._visible_at.pop(offset, None)
+            self._not_before.pop(offset, None)
+            self.last_error.pop(offset, None)
+
+    def nacked(self, offset: int, delay: float, error: str | None) -> None:
+        """Release ``offset`` now, to be delivered again after ``delay`` seconds."""
+        self.held.discard(offset)
+        self._visible_at.pop(offset, None)
+        self._not_before[offset] = time.monotonic() + delay
+        if error is not None:
+            self.last_error[offset] = error
+
+    def extended(self, offset: int, seconds: float) -> None:
+        """Keep ``offset`` held for ``seconds`` more from now."""
+        self._visible_at[offset] = time.monotonic() + seconds
+
+    def next_due(self, inflight: dict[int, int]) -> float | None:
+        """When the next delayed or held delivery becomes due again (monotonic), if any is waiting."""
+        times = [at for offset, at in self._not_before.items() if offset in inflight]
+        times += [at for offset, at in self._visible_at.items() if offset in self.held]
+        return min(times, default=None)
+
+
+__all__ = ["Deliveries"]

@@ -1,0 +1,208 @@
+"""Consumer groups of a queue: each has its own cursor, and together they hold back the head.
+
+A group is a named consumer of every entry (like a Kafka consumer group or a
+Redis Streams group): its nodes share it through the ownership protocol of
+:mod:`large_queue.cluster._ownership`, with the group's own owner record
+(cursor, in-flight entries, lost and dead-lettered counts). The queue's
+metadata record lists the groups (bin ``groups``, written only under the
+queue lock); while it lists any, destructive dequeues and the ungrouped
+consumer are refused (``GroupsInUseError``), and the head that producers see
+is the lowest acked position over the groups: no producer can overwrite an
+entry a group has not acked, unless it appends with ``overwrite_if_full``,
+and then the group is told what it lost.
+
+Creating and deleting a group take the queue lock, so they are ordered with
+every head move. The failure story, as a timeline::
+
+    t=0  G1 acks up to 120; its head sync takes the lock, reads the groups
+         [G1, G2] and their owner records (G2 acked up to 80) and commits
+         head 80: producers may reuse slots below 80 only.
+    t=1  "audit" is created: under the lock it reads head 80, writes its
+         owner record with cursor 80, and commits groups [G1, G2, audit].
+         A creation that dies between the two writes leaves an owner record
+         nobody lists; creating the group again rewrites it.
+    t=2  G2 acks up to 130; its sync reads audit's cursor 80: the head
+         stays at 80 until audit acks.
+    t=3  audit is deleted: the lock commit drops it from the list first,
+         then its records go. Its nodes' next owner write finds no record
+         and raises GroupNotFoundError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from large_queue import _lifecycle, errors
+from large_queue import _records as rec
+from large_queue.backends import Read, RecordKey
+from large_queue.cluster._ownership import (
+    CURSOR,
+    DEAD,
+    DEAD_LETTERED,
+    EPOCH,
+    INFLIGHT,
+    LAST_OWNER,
+    LOST,
+    OWNER,
+    NodeState,
+    Ownership,
+    acked_position,
+)
+from large_queue.queue import Queue
+
+MAX_GROUP_NAME_CHARS = 40
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupInfo:
+    """A consumer group as stored now: who owns it, how far it got, and what it is owed.
+
+    ``lag`` is the end of the published prefix minus ``acked_offset``: the
+    entries the group has still to ack. ``lost`` counts entries overwritten
+    before the group acked them; ``dead_lettered`` those moved to its
+    dead-letter queue.
+    """
+
+    name: str
+    owner: str | None
+    epoch: int
+    delivered_offset: int
+    acked_offset: int
+    in_flight: int
+    lag: int
+    lost: int
+    dead_lettered: int
+    nodes: list[NodeState]
+
+
+def check_group(name: object) -> str:
+    """Return ``name`` if it is a valid group name, else raise ``InvalidArgumentError``."""
+    return rec.check_name("group name", name, MAX_GROUP_NAME_CHARS)
+
+
+def create(queue: Queue, name: str) -> bool:
+    """Create group ``name`` starting at the queue's head; False if it already exists.
+
+    The group will see every entry still in the queue and every later one.
+    """
+    check_group(name)
+    keys = queue.keys.group(name)
+    with queue.lock.holding(f"group:{name}") as grant:
+        if name in grant.groups:
+            queue.lock.release(grant)
+            return False
+        existing = queue.backend.get(keys.owner)
+        epoch = (existing.bins.get(EPOCH, 0) + 1) if existing is not None else 0  # a stale owner stays fenced
+        queue.backend.put(
+            keys.owner,
+            {
+                OWNER: "",
+                EPOCH: epoch,
+                LAST_OWNER: "",
+                CURSOR: grant.head,
+                INFLIGHT: {},
+                LOST: 0,
+                DEAD: {},
+                DEAD_LETTERED: 0,
+            },
+        )
+        queue.lock.commit(grant, groups=sorted([*grant.groups, name]))
+    return True
+
+
+def delete(queue: Queue, name: str) -> bool:
+    """Delete group ``name`` and its records; False if there is no such group.
+
+    The head then follows the remaining groups; with none left, the queue
+    may be dequeued directly again.
+    """
+    check_group(name)
+    with queue.lock.holding(f"group:{name}") as grant:
+        if name not in grant.groups:
+            queue.lock.release(grant)
+            return False
+        queue.lock.commit(grant, groups=[g for g in grant.groups if g != name])
+    _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
+    return True
+
+
+def names(queue: Queue) -> list[str]:
+    """The queue's groups, by name."""
+    return list(queue.current_metadata().groups)
+
+
+def describe(queue: Queue, name: str, *, timeout: float = 10.0) -> GroupInfo:
+    """Group ``name`` as stored now (``GroupNotFoundError`` if there is none)."""
+    metadata = queue.current_metadata()
+    if name not in metadata.groups:
+        raise errors.GroupNotFoundError(
+            f"queue {queue.name!r} has no consumer group {name!r} (groups: {list(metadata.groups)})",
+            queue=queue.name,
+            group=name,
+        )
+    _, tail = queue.published_tail()
+    return describe_at(queue, name, tail, timeout=timeout)
+
+
+def describe_all(queue: Queue, *, timeout: float = 10.0) -> list[GroupInfo]:
+    """Every group of the queue, as stored now."""
+    return list(queue.info().groups)
+
+
+def describe_at(queue: Queue, name: str, tail: int, *, timeout: float = 10.0) -> GroupInfo:
+    """Group ``name``, its lag counted up to ``tail`` (the end of the published prefix)."""
+    ownership = Ownership(queue, "info", timeout=timeout, group=name)
+    state = ownership.read()
+    acked = acked_position(state.cursor, state.inflight)
+    return GroupInfo(
+        name=name,
+        owner=state.owner or None,
+        epoch=state.epoch,
+        delivered_offset=state.cursor,
+        acked_offset=acked,
+        in_flight=len(state.inflight),
+        lag=max(0, tail - acked),
+        lost=state.lost,
+        dead_lettered=state.dead_lettered,
+        nodes=ownership.nodes(),
+    )
+
+
+def acked_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
+    """The lowest acked position over ``groups`` (one batch read): the head may move up to it.
+
+    A listed group whose owner record cannot be read holds the head where
+    it is: nothing is freed on a guess.
+    """
+    keys: list[tuple[RecordKey, list[Any] | None]] = [
+        (queue.keys.group(name).owner, [Read(CURSOR), Read(INFLIGHT)]) for name in groups
+    ]
+    floor: int | None = None
+    for bins in queue.backend.batch_read(keys):
+        if bins is None:
+            return head
+        inflight = {int(o): c for o, c in (bins.get(INFLIGHT) or {}).items()}
+        acked = acked_position(bins.get(CURSOR, head), inflight)
+        floor = acked if floor is None else min(floor, acked)
+    return head if floor is None else floor
+
+
+def ensure(queue: Queue, name: str) -> None:
+    """Create group ``name`` unless it exists (first use); reads the metadata record only if it does."""
+    if name not in queue.current_metadata().groups:
+        create(queue, name)
+
+
+__all__ = [
+    "GroupInfo",
+    "acked_floor",
+    "check_group",
+    "create",
+    "delete",
+    "describe",
+    "describe_all",
+    "describe_at",
+    "ensure",
+    "names",
+]

@@ -1,0 +1,269 @@
+"""Consumer groups, visibility timeouts, dead letters and waiting receives, on both stores.
+
+One node per group here; many nodes and processes are in ``test_group_processes``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from large_queue import (
+    DataLossError,
+    DeliveryExpiredError,
+    GroupNotFoundError,
+    GroupsInUseError,
+    InvalidArgumentError,
+    Queue,
+    QueueFullError,
+)
+from large_queue.cluster import Consumer, Message
+from large_queue.cluster._dead_letters import DeadLetters
+from tests.fix_backends import Store
+
+FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
+
+
+def _consumer(queue: Queue, group: str, node: str = "n1", **options: Any) -> Consumer:
+    return queue.consumer(node, group=group, **{**FAST, **options})
+
+
+def _receive_all(consumer: Consumer, count: int, timeout: float = 5.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.receive(count - len(got), timeout=0.2)
+    return got
+
+
+def test_every_group_sees_every_entry_and_the_slowest_holds_back_producers(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.create_group("billing")
+    queue.create_group("audit")
+    queue.enqueue_batch(range(6))
+    with pytest.raises(QueueFullError):
+        queue.enqueue(6)
+    with _consumer(queue, "billing") as billing:
+        got = _receive_all(billing, 6)
+        assert [m.value for m in got] == list(range(6))
+        billing.ack(got)
+        billing._sync_queue_head(force=True)
+        with pytest.raises(QueueFullError):  # audit has acked nothing: no slot is free
+            queue.enqueue(6)
+        assert queue.info().head_offset == 0
+    with _consumer(queue, "audit") as audit:
+        first = _receive_all(audit, 2)
+        assert [m.value for m in first] == [0, 1]
+        audit.ack(first)
+        audit._sync_queue_head(force=True)
+        assert queue.info().head_offset == 2  # the lowest acked position over both groups
+        assert list(queue.enqueue_batch([6, 7])) == [6, 7]
+        with pytest.raises(QueueFullError):
+            queue.enqueue(8)
+        rest = _receive_all(audit, 6)
+        assert [m.value for m in rest] == [2, 3, 4, 5, 6, 7]
+        audit.ack(rest)
+    by_name = {g.name: g for g in queue.groups()}
+    assert by_name["audit"].lag == 0 and by_name["audit"].acked_offset == 8
+    assert by_name["billing"].lag == 2 and by_name["billing"].acked_offset == 6
+
+
+def test_groups_are_listed_described_and_deleted(store: Store) -> None:
+    queue = store.new_queue()
+    assert queue.create_group("g1") is True
+    assert queue.create_group("g1") is False
+    queue.enqueue_batch(["a", "b", "c"])
+    with _consumer(queue, "g2") as consumer:  # created on first use
+        consumer.receive(2, timeout=2.0)
+    info = queue.info()
+    assert [g.name for g in info.groups] == ["g1", "g2"]
+    g2 = queue.group("g2")
+    assert (g2.delivered_offset, g2.acked_offset, g2.in_flight, g2.lag) == (2, 0, 2, 3)
+    assert queue.group("g1").lag == 3
+    with pytest.raises(GroupNotFoundError):
+        queue.group("nope")
+    with pytest.raises(InvalidArgumentError, match="group name"):
+        queue.create_group("bad name!")
+    assert queue.delete_group("g2") is True
+    assert queue.delete_group("g2") is False
+    assert [g.name for g in queue.groups()] == ["g1"]
+
+
+def test_destructive_dequeue_and_the_ungrouped_consumer_are_refused_while_groups_exist(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch([1, 2])
+    queue.create_group("g")
+    with pytest.raises(GroupsInUseError, match="consumed by groups"):
+        queue.dequeue()
+    with pytest.raises(GroupsInUseError):
+        queue.dequeue_batch(5)
+    with pytest.raises(GroupsInUseError):
+        queue.consumer("n", **FAST).start()
+    assert queue.info().size == 2 and queue.info().lock_owner is None  # nothing removed, lock released
+    queue.delete_group("g")
+    assert queue.dequeue().value == 1  # type: ignore[union-attr]
+
+
+def test_visibility_timeout_redelivers_while_the_owner_lives(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(["x", "y"])
+    with _consumer(queue, "g", visibility_timeout=0.3) as consumer:
+        first = consumer.receive(2, timeout=2.0)
+        assert [(m.value, m.delivery_count) for m in first] == [("x", 1), ("y", 1)]
+        first[1].extend(5.0)  # y is kept
+        again = consumer.receive(2, timeout=2.0)  # waits until x's timeout passes
+        assert [(m.value, m.delivery_count, m.redelivered) for m in again] == [("x", 2, True)]
+        with pytest.raises(DeliveryExpiredError):
+            first[0].ack()  # only the latest delivery counts
+        again[0].ack()
+        first[1].ack()
+        assert queue.group("g").lag == 0
+
+
+def test_nack_delays_and_counts_a_redelivery(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue("x")
+    with _consumer(queue, "g") as consumer:
+        (message,) = consumer.receive(1, timeout=2.0)
+        message.nack(delay=0.3, error="boom")
+        started = time.monotonic()
+        assert consumer.receive(1, timeout=0.1) == []  # still delayed
+        (again,) = consumer.receive(1, timeout=3.0)
+        assert time.monotonic() - started >= 0.25
+        assert again.delivery_count == 2
+        with pytest.raises(DeliveryExpiredError):
+            message.extend(1.0)
+        again.ack()
+
+
+def test_poison_entries_go_to_the_dead_letter_queue_once(store: Store) -> None:
+    queue = store.new_queue()
+    dead = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["ok", "poison"])
+    with _consumer(queue, "g", max_deliveries=2, dead_letter=dead) as consumer:
+        for _ in range(2):
+            for message in consumer.receive(2, timeout=2.0):
+                if message.value == "ok":
+                    message.ack()
+                else:
+                    message.nack(error="handler failed")
+        assert consumer.receive(2, timeout=0.3) == []  # the third delivery is a move instead
+        group = queue.group("g")
+    assert (group.dead_lettered, group.in_flight, group.lag) == (1, 0, 0)
+    letters = [dead.dequeue(), dead.dequeue()]
+    assert letters[1] is None
+    assert letters[0] is not None
+    letter = letters[0].value
+    assert letter["queue"] == queue.name and letter["group"] == "g"
+    assert (letter["offset"], letter["delivery_count"], letter["value"]) == (1, 2, "poison")
+    assert letter["last_error"] == "handler failed"
+
+
+class _Crash(BaseException):
+    """A process dying at this point: nothing after it runs."""
+
+
+@pytest.mark.parametrize("when", ["after the reservation is recorded", "after the publish"])
+def test_a_crash_in_the_middle_of_a_move_neither_loses_nor_doubles_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    queue = store.new_queue()
+    dead = store.new_queue(capacity=6, slots_per_record=3, hole_timeout=0.2)
+    queue.enqueue("poison")
+    options = {"max_deliveries": 1, "dead_letter": dead, "timeout": 0.5, "time_slice": 30.0}
+    real_publish = DeadLetters.publish
+
+    def crashing_publish(self: DeadLetters, at: int, letter: Any) -> bool:
+        if when == "after the publish":
+            real_publish(self, at, letter)
+        raise _Crash()
+
+    first = queue.consumer("a", group="g", poll_interval=0.05, **options)  # type: ignore[arg-type]
+    first.start()
+    (message,) = first.receive(1, timeout=2.0)
+    message.nack()
+    monkeypatch.setattr(DeadLetters, "publish", crashing_publish)
+    with pytest.raises(_Crash):
+        first.receive(1, timeout=0.5)
+    first._closed.set()  # a dead process: no hand-over, no more heartbeats
+    assert first._thread is not None
+    first._thread.join()
+    store.advance(1.0)  # past the timeout: the owner is gone
+    monkeypatch.setattr(DeadLetters, "publish", real_publish)
+    assert queue.group("g").in_flight == 1  # not acked in the source: the move is not over
+    with queue.consumer("b", group="g", poll_interval=0.05, **options) as second:  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while queue.group("g").dead_lettered == 0 and time.monotonic() < deadline:
+            assert second.receive(1, timeout=0.2) == []
+    group = queue.group("g")
+    assert (group.dead_lettered, group.in_flight) == (1, 0)
+    letters = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (entry := dead.dequeue(timeout=0.5)) is not None:
+        letters.append(entry.value["value"])
+    assert letters == ["poison"]
+
+
+def test_overwritten_entries_are_reported_to_the_group_as_lost(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.create_group("slow")
+    queue.enqueue_batch(range(6))
+    queue.enqueue_batch([6, 7], overwrite_if_full=True)  # drops 0 and 1, which "slow" never acked
+    with _consumer(queue, "slow", on_data_loss="fail") as consumer:
+        with pytest.raises(DataLossError) as raised:
+            consumer.receive(6, timeout=2.0)
+        assert raised.value.count == 2  # type: ignore[attr-defined]
+        got = _receive_all(consumer, 6)
+        assert [m.value for m in got] == [2, 3, 4, 5, 6, 7]
+    assert queue.group("slow").lost == 2
+
+
+def test_a_waiting_dequeue_returns_when_an_entry_is_published(store: Store) -> None:
+    queue = store.new_queue()
+    started = time.monotonic()
+    assert queue.dequeue(timeout=0.3) is None
+    assert time.monotonic() - started >= 0.3
+    timer = threading.Timer(0.2, queue.enqueue, args=("late",))
+    timer.start()
+    try:
+        entry = queue.dequeue(timeout=10.0)
+    finally:
+        timer.join()
+    assert entry is not None and entry.value == "late"
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        queue.dequeue(timeout=-1)
+
+
+def test_an_idle_consumer_sends_at_most_20_commands_a_second(store: Store) -> None:
+    queue = store.new_queue()
+    consumer = _consumer(queue, "g", poll_interval=0.5, time_slice=5.0, timeout=10.0).start()
+    got: list[Message] = []
+    iterating = threading.Thread(target=lambda: got.extend(consumer))  # the iterator form, idle
+    try:
+        assert consumer.receive(1, timeout=0.5) == []  # owning
+        iterating.start()
+        before, started = queue.backend.commands, time.monotonic()
+        time.sleep(2.0)
+        rate = (queue.backend.commands - before) / (time.monotonic() - started)
+    finally:
+        consumer.close()
+        iterating.join()
+    assert got == []
+    assert 0 < rate <= 20, rate
+
+
+def test_bad_options_are_refused_before_anything_is_written(store: Store) -> None:
+    queue = store.new_queue()
+    locked = store.new_queue(appends="lock")
+    with pytest.raises(InvalidArgumentError, match="go together"):
+        queue.consumer("n", group="g", max_deliveries=3)
+    with pytest.raises(InvalidArgumentError, match="appends='reserve'"):
+        queue.consumer("n", group="g", max_deliveries=3, dead_letter=locked)
+    with pytest.raises(InvalidArgumentError, match="visibility_timeout"):
+        queue.consumer("n", group="g", visibility_timeout=0)
+    with pytest.raises(InvalidArgumentError, match="on_data_loss"):
+        queue.consumer("n", group="g", on_data_loss="ignore")
+    assert queue.info().groups == ()

@@ -234,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
         ("delete", "delete a queue and its records"),
     ]:
         command(name, text).add_argument("queue", help="queue name")
+    groups = command(
+        "groups", "show a queue's consumer groups (cursors, lag, in flight, lost, dead-lettered)"
+    )
+    groups.add_argument("queue", help="queue name")
+    groups.add_argument("--create", metavar="GROUP", help="create this group first (at the queue's head)")
+    groups.add_argument("--delete", metavar="GROUP", help="delete this group first")
     enqueue = command("enqueue", "append entries given as JSON, all or none")
     enqueue.add_argument("queue", help="queue name")
     enqueue.add_argument("entries", nargs="+", help="one JSON value per entry")
@@ -305,6 +311,19 @@ def _stored_stats(queue: Queue) -> dict[str, Any]:
             "not_delivered": info.tail_offset - shared.delivered_offset,
             "delivered_not_acked": shared.in_flight,
             "live_nodes": sum(node.alive for node in shared.nodes),
+        }
+    if info.groups:
+        stats["groups"] = {
+            group.name: {
+                "owner": group.owner,
+                "lag": group.lag,
+                "not_delivered": info.tail_offset - group.delivered_offset,
+                "delivered_not_acked": group.in_flight,
+                "lost": group.lost,
+                "dead_lettered": group.dead_lettered,
+                "live_nodes": sum(node.alive for node in group.nodes),
+            }
+            for group in info.groups
         }
     return stats
 
@@ -379,6 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
                     _print({"ownership": ownership_info(queue)})
+            elif args.command == "groups":
+                if args.create:
+                    _print({"created": queue.create_group(args.create)})
+                if args.delete:
+                    _print({"deleted": queue.delete_group(args.delete)})
+                for group in queue.groups():
+                    _print(group)
             elif args.command == "stats":
                 _print(_stored_stats(queue))
             elif args.command == "dequeue":

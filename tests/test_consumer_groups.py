@@ -5,6 +5,7 @@ One node per group here; many nodes and processes are in ``test_group_processes`
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -22,7 +23,7 @@ from large_queue import (
 )
 from large_queue.cluster import Consumer, Message
 from large_queue.cluster._dead_letters import DeadLetters
-from tests.fix_backends import Store
+from tests.fix_backends import Place, Store
 
 FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
 
@@ -267,3 +268,28 @@ def test_bad_options_are_refused_before_anything_is_written(store: Store) -> Non
     with pytest.raises(InvalidArgumentError, match="on_data_loss"):
         queue.consumer("n", group="g", on_data_loss="ignore")
     assert queue.info().groups == ()
+
+
+def test_the_groups_command_creates_shows_and_deletes_groups(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from large_queue.cli import main
+
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=10, slots_per_record=5)
+    queue.enqueue_batch(range(4))
+    assert main(["--url", place.url, "groups", name, "--create", "billing"]) == 0
+    with queue.consumer("n1", group="billing", **FAST) as consumer:  # type: ignore[arg-type]
+        consumer.ack(consumer.receive(1, timeout=2.0))
+        consumer.receive(2, timeout=2.0)  # delivered, not acked
+        assert main(["--url", place.url, "groups", name]) == 0
+        assert main(["--url", place.url, "stats", name]) == 0
+    created, at_creation, group, stats = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (at_creation["name"], at_creation["lag"], at_creation["owner"]) == ("billing", 4, None)
+    assert created == {"created": True}
+    assert (group["name"], group["acked_offset"], group["in_flight"], group["lag"]) == ("billing", 1, 2, 3)
+    assert stats["groups"]["billing"]["delivered_not_acked"] == 2
+    assert main(["--url", place.url, "groups", name, "--delete", "billing"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": True}
+    assert main(["--url", place.url, "dequeue", name]) == 0  # no group left: dequeuing directly works again
+    assert json.loads(capsys.readouterr().out)["value"] == 1  # 0 was acked by the only group: gone

@@ -376,7 +376,7 @@ class Consumer:
                     pause = self._idle_pause = next_pause(self._idle_pause, self.max_poll_interval)
                     due = self.deliveries.next_due(self._inflight)
                     if due is not None:
-                        pause = min(pause, max(0.0, due - time.monotonic()))
+                        pause = min(pause, max(0.0, due - self.deliveries.clock()))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []

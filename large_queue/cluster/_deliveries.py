@@ -22,13 +22,15 @@ delivery count of the message must match the one stored.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 class Deliveries:
     """The in-memory side of one owner's deliveries (see the module docstring)."""
 
-    def __init__(self, visibility_timeout: float | None) -> None:
+    def __init__(self, visibility_timeout: float | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.visibility_timeout = visibility_timeout
+        self.clock = clock  #: this node's monotonic clock (seconds)
         self.held: set[int] = set()
         self._visible_at: dict[int, float] = {}
         self._not_before: dict[int, float] = {}
@@ -43,7 +45,7 @@ class Deliveries:
 
     def expire(self, now: float | None = None) -> list[int]:
         """Release held deliveries whose visibility timeout has passed; return their offsets."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         expired = [offset for offset in self.held if self._visible_at.get(offset, float("inf")) <= now]
         for offset in expired:
             self.held.discard(offset)
@@ -52,7 +54,7 @@ class Deliveries:
 
     def due(self, inflight: dict[int, int], now: float | None = None) -> list[int]:
         """In-flight offsets to deliver again now, lowest first: not held and not delayed by a nack."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         return sorted(
             offset
             for offset in inflight
@@ -61,7 +63,7 @@ class Deliveries:
 
     def delivered(self, offsets: list[int], now: float | None = None) -> None:
         """These offsets were just delivered to this node's consumers."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         self.held.update(offsets)
         for offset in offsets:
             self._not_before.pop(offset, None)
@@ -80,13 +82,13 @@ class Deliveries:
         """Release ``offset`` now, to be delivered again after ``delay`` seconds."""
         self.held.discard(offset)
         self._visible_at.pop(offset, None)
-        self._not_before[offset] = time.monotonic() + delay
+        self._not_before[offset] = self.clock() + delay
         if error is not None:
             self.last_error[offset] = error
 
     def extended(self, offset: int, seconds: float) -> None:
         """Keep ``offset`` held for ``seconds`` more from now."""
-        self._visible_at[offset] = time.monotonic() + seconds
+        self._visible_at[offset] = self.clock() + seconds
 
     def next_due(self, inflight: dict[int, int]) -> float | None:
         """When the next delayed or held delivery becomes due again (monotonic), if any is waiting."""

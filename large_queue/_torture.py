@@ -11,6 +11,12 @@ also stops a producer exactly between its reservation and its publish
 it after the hole timeout: consumers must close the hole, and the late
 publish must fail. At the end it drains the queue and hands every history
 to the checker (:mod:`large_queue._history`). Every anomaly count must be zero.
+
+With ``groups``, the consumers are nodes of that many consumer groups
+(consumer ``i`` in group ``g{i % groups}``) that receive and ack; killing or
+pausing one that owns its group hands the group to another node, which
+delivers again what was not acked. The drain then acks what is left in every
+group, and :mod:`large_queue._history_groups` judges each group apart.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 
 from large_queue import errors
 from large_queue._history import HistoryWriter, Verdict, check, read_calls
+from large_queue._history_groups import check_groups
 from large_queue.backends import connect
 from large_queue.lock import LockPolicy
 from large_queue.queue import Queue
@@ -63,6 +70,23 @@ class TortureConfig:
     seed: int = 0
     appends: str = "lock"
     hole_timeout: float = 0.5
+    groups: int = 0  #: consumers are nodes of this many consumer groups (0: they dequeue)
+
+    @property
+    def group_names(self) -> list[str]:
+        """The names of the run's consumer groups."""
+        return [f"g{index}" for index in range(self.groups)]
+
+    @property
+    def group_timing(self) -> dict[str, float]:
+        """A group node's timing: a pause past the lock TTL may or may not outlast its timeout."""
+        timeout = max(1.0, 2 * self.lock_ttl)
+        return {
+            "time_slice": 0.5,
+            "timeout": timeout,
+            "poll_interval": 0.05,
+            "visibility_timeout": 2 * timeout,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +197,40 @@ def _consumer(url: str, name: str, history: str, tag: str, deadline: float, seed
             time.sleep(0.002)
 
 
+def _group_consumer(
+    url: str,
+    name: str,
+    history: str,
+    tag: str,
+    deadline: float,
+    seed: int,
+    group: str,
+    timing: dict[str, float],
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    queue = _open(url, name)
+    writer = HistoryWriter(Path(history), tag)
+    rng = random.Random(seed)
+    closed = 0
+    with queue.consumer(tag, group=group, **timing) as consumer:
+        while time.monotonic() < deadline:
+            if queue.stats().holes_closed != closed:  # said as it happens: a consumer may be killed
+                closed = queue.stats().holes_closed
+                Path(f"{history}.holes").write_text(str(closed))
+            messages = consumer.receive(1 if rng.random() < 0.5 else rng.randint(2, 8), timeout=0.2)
+            if not messages:
+                continue
+            op = writer.invoke("ack", group=group, entries=[[m.offset, m.value] for m in messages])
+            try:
+                consumer.ack(messages)
+            except (errors.OwnershipLostError, errors.DeliveryExpiredError) as exc:
+                writer.complete(op, "fail", error=type(exc).__name__)
+            except errors.OutcomeUnknownError as exc:
+                writer.complete(op, "unknown", error=str(exc))
+            else:
+                writer.complete(op, "ok")
+
+
 def run(config: TortureConfig, *, directory: str | None = None, log: Any = None) -> TortureReport:
     """One torture run; histories go to ``directory`` (a temporary one by default).
 
@@ -190,7 +248,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     rng = random.Random(config.seed)
     store = connect(config.url)
     name = f"torture-{os.getpid()}-{rng.randrange(10**6)}"
-    Queue.create(
+    queue = Queue.create(
         store,
         name,
         capacity=config.capacity,
@@ -199,6 +257,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         appends=config.appends,
         hole_timeout=config.hole_timeout,
     )
+    for group in config.group_names:  # before any entry: every group sees them all
+        queue.create_group(group)
     context = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + config.duration + 3.0  # + interpreter start-up
     workers: dict[str, Any] = {}
@@ -208,12 +268,13 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         nonlocal generation
         generation += 1
         tag = f"{role}{index}.{generation}"
-        target = _producer if role == "p" else _consumer
-        process = context.Process(
-            target=target,
-            args=(config.url, name, str(histories / f"{tag}.jsonl"), tag, deadline, rng.randrange(2**32)),
-            daemon=True,
-        )
+        args: tuple[Any, ...] = (config.url, name, str(histories / f"{tag}.jsonl"), tag, deadline)
+        args += (rng.randrange(2**32),)
+        target: Any = _producer if role == "p" else _consumer
+        if role == "c" and config.groups:
+            target = _group_consumer
+            args += (config.group_names[index % config.groups], config.group_timing)
+        process = context.Process(target=target, args=args, daemon=True)
         process.start()
         workers[tag] = (role, index, process)
 
@@ -235,7 +296,11 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         if process.is_alive():
             os.kill(process.pid, signal.SIGKILL)
             process.join()
-    _drain(config.url, name, histories / "drain.jsonl")
+    if config.groups:
+        for group in config.group_names:
+            _drain_group(config, name, group, histories / f"drain-{group}.jsonl")
+    else:
+        _drain(config.url, name, histories / "drain.jsonl")
     Queue.delete(store, name)
     calls = read_calls(sorted(histories.glob("*.jsonl")))
     operations = sum(1 for call in calls if call.outcome == "ok")
@@ -248,9 +313,9 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         parked_kills=faults["park-kill"],
         holes_closed=holes,
         # a reservation killed or paused before its publish hides entries until consumers close it
-        verdict=check(
-            calls, hole_grace=3 * config.hole_timeout + 1.0 if config.appends == "reserve" else None
-        ),
+        verdict=check_groups(calls, config.group_names)
+        if config.groups
+        else check(calls, hole_grace=3 * config.hole_timeout + 1.0 if config.appends == "reserve" else None),
     )
     for line in report.lines():
         log(line)
@@ -341,4 +406,23 @@ def _drain(url: str, name: str, history: Path) -> None:
         writer.complete(op, "ok", entries=[[e.offset, e.value] for e in entries])
         if not entries:
             break
+    writer.close()
+
+
+def _drain_group(config: TortureConfig, name: str, group: str, history: Path) -> None:
+    """Ack everything left in ``group``, after every worker has stopped (its owner may be a dead node)."""
+    queue = _open(config.url, name)
+    writer = HistoryWriter(history, f"drain-{group}")
+    deadline = time.monotonic() + 60
+    with queue.consumer(f"drain-{group}", group=group, **config.group_timing) as consumer:
+        while time.monotonic() < deadline:
+            messages = consumer.receive(100, timeout=0.5)
+            if messages:
+                op = writer.invoke("ack", group=group, entries=[[m.offset, m.value] for m in messages])
+                consumer.ack(messages)
+                writer.complete(op, "ok")
+                continue
+            state = queue.group(group)
+            if consumer.owning and state.in_flight == 0 and state.lag == 0:
+                break
     writer.close()

@@ -143,6 +143,7 @@ def _torture(args: argparse.Namespace) -> int:
             seed=args.seed,
             appends=args.appends,
             hole_timeout=args.hole_timeout,
+            groups=args.groups,
         )
         try:
             report = _torture.run(config, directory=args.histories)
@@ -256,6 +257,14 @@ def _parser() -> argparse.ArgumentParser:
     torture = command("torture", "many processes, pauses and kills; then check the history")
     torture.add_argument("--producers", type=_positive_int, default=3, help="producer processes")
     torture.add_argument("--consumers", type=_positive_int, default=2, help="consumer processes")
+    torture.add_argument(
+        "--groups",
+        type=int,
+        choices=range(0, 10),
+        default=0,
+        metavar="N",
+        help="consumers are nodes of N consumer groups that receive and ack (0: they dequeue)",
+    )
     torture.add_argument("--duration", type=_positive_float, default=10.0, help="seconds of load")
     torture.add_argument("--lock-ttl", type=_positive_float, default=0.5, help="seconds")
     torture.add_argument("--capacity", type=_positive_int, default=300, help="entries the queue holds")

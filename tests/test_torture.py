@@ -40,6 +40,20 @@ def test_torture_finds_no_anomaly(place: Place, tmp_path: Path, appends: str) ->
 
 
 @pytest.mark.torture
+def test_torture_of_consumer_groups_finds_no_anomaly(place: Place, tmp_path: Path) -> None:
+    lines: list[str] = []
+    config = TortureConfig(
+        url=place.url, duration=SECONDS, fault_interval=0.5, seed=11, appends="reserve", consumers=4, groups=2
+    )
+    report = run(config, directory=str(tmp_path / "histories"), log=lines.append)
+    print("\n".join(lines))
+    assert report.pauses >= 1 and report.kills >= 1, "faults were not injected"
+    assert report.verdict.enqueues_acknowledged > 1000
+    assert report.verdict.entries_delivered >= 2 * report.verdict.enqueues_acknowledged  # both groups
+    assert report.verdict.ok, "\n".join(lines)
+
+
+@pytest.mark.torture
 def test_torture_says_how_it_goes_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     run_ = subprocess.Popen(
         [

@@ -1,45 +1,62 @@
-"""Waiting for entries by polling the store, with a backoff that bounds the idle cost.
+"""Waiting for entries by polling the store, at a bounded cost.
 
 A store has no way to push "something was published" to a client, so a
-caller that waits polls. Polls back off exponentially from ``first`` to
-``cap`` seconds: a queue that is busy is seen within milliseconds, and an
-idle waiter costs at most ``1 / cap`` polls per second.
+caller that waits polls. Polls back off exponentially from ``FIRST_PAUSE``
+to ``cap`` seconds after the last command that found nothing, and the
+backoff outlives one call: a loop of short waiting calls polls no more
+often than one long one. So a queue that is busy is seen within
+milliseconds, and an idle waiter costs at most ``1 / cap`` polls per second
+however it is called. Anything delivered ends the idling.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
 
 FIRST_PAUSE = 0.005
 MAX_PAUSE = 0.1
 
 
-class Backoff:
-    """Iterate to poll until ``deadline`` (monotonic): each step first sleeps the next pause.
+class IdlePoller:
+    """When a waiting reader may poll again (one per reader: a queue handle, a consumer)."""
 
-    Example::
-
-        for _ in Backoff(time.monotonic() + 5):
-            if something_is_there():
-                break
-    """
-
-    def __init__(self, deadline: float, *, first: float = FIRST_PAUSE, cap: float = MAX_PAUSE) -> None:
-        self.deadline = deadline
-        self.pause = first
+    def __init__(self, cap: float = MAX_PAUSE) -> None:
         self.cap = cap
+        self.pause = 0.0  # 0: not idle, poll at once
+        self._last = float("-inf")  # when the last poll that found nothing was sent (monotonic)
+        self._lock = threading.Lock()
 
-    def __iter__(self) -> Iterator[None]:
-        while (remaining := self.deadline - time.monotonic()) > 0:
-            time.sleep(min(self.pause, remaining))
-            self.pause = min(self.cap, self.pause * 2)
-            yield None
+    @property
+    def idle(self) -> bool:
+        """True if the last poll found nothing."""
+        return self.pause > 0
+
+    def found_nothing(self) -> None:
+        """A poll just found nothing: the next waits longer."""
+        with self._lock:
+            self._last = time.monotonic()
+            self.pause = min(self.cap, max(FIRST_PAUSE, self.pause * 2))
+
+    def found_something(self) -> None:
+        """Entries came: poll at once from now on."""
+        with self._lock:
+            self.pause = 0.0
+
+    def next_poll(self) -> float:
+        """When the next poll is due (monotonic)."""
+        return self._last + self.pause
+
+    def wait_turn(self, deadline: float) -> bool:
+        """Sleep until the next poll is due; False (after sleeping to ``deadline``) if that is later."""
+        due = self.next_poll()
+        now = time.monotonic()
+        if due > deadline:
+            time.sleep(max(0.0, deadline - now))
+            return False
+        if due > now:
+            time.sleep(due - now)
+        return True
 
 
-def next_pause(previous: float, cap: float = MAX_PAUSE) -> float:
-    """The pause after ``previous`` (0: none yet) in the same backoff."""
-    return min(cap, max(FIRST_PAUSE, previous * 2))
-
-
-__all__ = ["FIRST_PAUSE", "MAX_PAUSE", "Backoff", "next_pause"]
+__all__ = ["FIRST_PAUSE", "MAX_PAUSE", "IdlePoller"]

@@ -34,7 +34,7 @@ from typing import Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._frozen import frozen
-from large_queue._waiting import next_pause
+from large_queue._waiting import IdlePoller
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.cluster import _groups
 from large_queue.cluster._dead_letters import DeadLetters
@@ -188,7 +188,7 @@ class Consumer:
         )
         self.on_data_loss = on_data_loss
         self.max_poll_interval = max_poll_interval
-        self._idle_pause = 0.0  # the current wait between polls of an empty queue (0: poll at once)
+        self._idle = IdlePoller(max_poll_interval)  # waiting receives poll an empty queue no faster than this
         self.time_slice = time_slice
         self.timeout = timeout
         self.poll_interval = poll_interval or min(0.5, timeout / 5, time_slice / 4)
@@ -370,11 +370,21 @@ class Consumer:
                     self._hand_over(final=False)  # keeps the queue if nobody else wants it
                 pause = self.poll_interval  # not owning: the watcher thread notifies a take
                 if self._owning and not self._slice_over():
-                    delivered = self._deliver_now(max_entries, auto_ack)
-                    if delivered or timeout is None:
-                        return delivered
-                    pause = self._idle_pause = next_pause(self._idle_pause, self.max_poll_interval)
-                    due = self.deliveries.next_due(self._inflight)
+                    due = self.deliveries.next_due(self._inflight)  # a nacked or timed-out delivery
+                    if (
+                        timeout is None
+                        or time.monotonic() >= self._idle.next_poll()
+                        or (due is not None and due <= self.deliveries.clock())
+                    ):
+                        delivered = self._deliver_now(max_entries, auto_ack)
+                        if delivered:
+                            self._idle.found_something()
+                            return delivered
+                        self._idle.found_nothing()
+                        if timeout is None:
+                            return delivered
+                        due = self.deliveries.next_due(self._inflight)
+                    pause = max(0.0, self._idle.next_poll() - time.monotonic())
                     if due is not None:
                         pause = min(pause, max(0.0, due - self.deliveries.clock()))
                 remaining = deadline - time.monotonic()
@@ -388,8 +398,6 @@ class Consumer:
         lost = self._lost
         with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
             delivered = self._deliver(max_entries, auto_ack)
-        if delivered:
-            self._idle_pause = 0.0
         if self._dying:
             self._move_dying()
         if self._commits != commits:

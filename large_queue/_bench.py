@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from large_queue import _bench_persist, _bench_producers, _floor
+from large_queue import _bench_idle, _bench_persist, _bench_producers, _floor
 from large_queue._bench_producers import Sample
 from large_queue._stats import QueueStats
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
@@ -312,6 +312,7 @@ class Report:
     producer_exact: bool
     persist: list[_bench_persist.Pair]  # beside persist-queue (embedded store only)
     persist_note: str | None  # why that comparison is missing, or which persist-queue it was
+    idle: list[_bench_idle.IdleRate]  # what waiting on an empty queue costs
 
     @property
     def exactly_once(self) -> bool:
@@ -336,6 +337,7 @@ class Report:
                 f" enqueue_batch; every entry exactly once: {self.producer_exact}"
             )
         lines += [scaling.line() for scaling in self.scaling]
+        lines += [rate.line() for rate in self.idle]
         if self.persist_note:
             lines.append(self.persist_note)
         lines += [pair.line() for pair in self.persist]
@@ -503,4 +505,5 @@ def measure(
         producer_exact=producer_exact,
         persist=persist,
         persist_note=persist_note,
+        idle=_bench_idle.idle_rates(url),
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue import _bench, _bench_persist, errors
+from large_queue import _bench, _bench_idle, _bench_persist, errors
 from tests.fix_backends import Place
 
 
@@ -60,6 +60,13 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     scaling_lines = [line for line in report.lines() if " producers vs 1 (" in line]
     assert scaling_lines[-1].startswith("2 producers vs 1 (reserve, 300 us round trip): ")
     assert scaling_lines[-1].endswith("every entry exactly once: True")
+    assert [rate.name for rate in report.idle] == [
+        "idle consumer iterator",
+        "idle group consumer iterator",
+        "idle Queue.dequeue(timeout=...)",
+    ]
+    assert all(0 < rate.rate <= _bench_idle.IDLE_COMMANDS_TARGET for rate in report.idle), report.idle
+    assert report.idle[-1].line() in report.lines()
     if place.kind != "embedded":
         assert report.persist == [] and report.persist_note is None
     elif _bench_persist.available():  # the bench extra is part of the test install

@@ -229,6 +229,29 @@ def test_streaming_micro_batches_and_restart_from_checkpoint(spark: Any, url: st
     assert delivered == list(range(65)), "an offset was skipped or repeated across the restart"
 
 
+def test_a_stream_read_as_a_group_commits_its_cursor_and_holds_back_the_head(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    queue = Queue.create(connect(url), "events", capacity=20, slots_per_record=5)
+    queue.create_group("audit")  # a group that acks nothing holds the head at 0
+    queue.enqueue_batch(range(12))
+    batches: list[list[int]] = []
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches, group="spark", maxOffsetsPerTrigger=5)
+    assert [o for b in batches for o in b] == list(range(12))
+    # Spark tells a source that a micro-batch committed when it plans the next one: the
+    # last batch of a run ([10, 12) here) is committed to the group by the next run.
+    assert queue.group("spark").acked_offset == 10
+    assert queue.info().head_offset == 0  # "audit" has not acked
+    queue.delete_group("audit")
+    queue.enqueue_batch(range(12, 15))
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches, group="spark")
+    assert [o for b in batches for o in b] == list(range(15))  # from the checkpoint, nothing twice
+    assert queue.group("spark").acked_offset == 12
+    assert queue.info().head_offset == 12  # the only group now: the head follows its cursor
+    with pytest.raises(Exception, match="for streaming reads"):
+        reader(spark, url, "events").option("group", "spark").load().collect()
+
+
 def test_reads_see_only_the_published_prefix_of_lock_free_appends(spark: Any, url: str) -> None:
     queue = Queue.create(connect(url), "events", capacity=40, slots_per_record=3, appends="reserve")
     queue.enqueue_batch(range(2))

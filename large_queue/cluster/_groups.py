@@ -35,7 +35,8 @@ from typing import Any
 
 from large_queue import _lifecycle, errors
 from large_queue import _records as rec
-from large_queue.backends import Read, RecordKey
+from large_queue.backends import Read, RecordKey, Write
+from large_queue.backends.conditions import IntBin, StrBin, all_of, eq, le
 from large_queue.cluster._ownership import (
     CURSOR,
     DEAD,
@@ -47,6 +48,7 @@ from large_queue.cluster._ownership import (
     OWNER,
     NodeState,
     Ownership,
+    OwnerState,
     acked_position,
 )
 from large_queue.queue import Queue
@@ -188,6 +190,57 @@ def acked_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
     return head if floor is None else floor
 
 
+def acked(queue: Queue, name: str) -> int:
+    """Where group ``name`` has acked up to (every offset below it is acked). One command."""
+    return acked_position_of(Ownership(queue, "cursor", timeout=1.0, group=name).read())
+
+
+def acked_position_of(state: OwnerState) -> int:
+    """The acked position of an owner record as read."""
+    return acked_position(state.cursor, state.inflight)
+
+
+def commit_cursor(queue: Queue, name: str, offset: int) -> None:
+    """Set group ``name``'s cursor to ``offset`` (all below it acked), for a reader that is no node.
+
+    A Spark stream reading as a group commits this way when a micro-batch
+    commits. Guarded on the store: no node owns the group (its nodes'
+    deliveries are theirs to ack), and the cursor never moves back (a
+    micro-batch committed again is a no-op). Then the queue's head follows
+    the groups.
+    """
+    keys = queue.keys.group(name)
+    guard = all_of(eq(StrBin(OWNER), ""), le(IntBin(CURSOR), offset))
+    try:
+        queue.backend.operate(keys.owner, [Write(CURSOR, offset), Write(INFLIGHT, {})], condition=guard)
+    except errors.RecordNotFoundError:
+        raise Ownership(queue, "cursor", timeout=1.0, group=name).missing() from None
+    except errors.ConditionNotMetError:
+        state = Ownership(queue, "cursor", timeout=1.0, group=name).read()
+        if state.owner:
+            raise errors.GroupsInUseError(
+                f"group {name!r} of queue {queue.name!r} is consumed by node {state.owner!r}: a reader"
+                " that is no node cannot commit its cursor; use a group of its own",
+                queue=queue.name,
+                group=name,
+            ) from None
+        return  # already at or past it
+    advance_head(queue)
+
+
+def advance_head(queue: Queue) -> None:
+    """Move the queue's head up to the lowest acked position over its groups (under the lock)."""
+    grant = queue.lock.acquire("groups:head")
+    try:
+        target = acked_floor(queue, grant.groups, grant.head) if grant.groups else grant.head
+        if target > grant.head:
+            queue.lock.commit(grant, head=target)
+        else:
+            queue.lock.release(grant)
+    except errors.LockLostError:
+        return  # the next sync does it
+
+
 def ensure(queue: Queue, name: str) -> None:
     """Create group ``name`` unless it exists (first use); reads the metadata record only if it does."""
     if name not in queue.current_metadata().groups:
@@ -196,8 +249,11 @@ def ensure(queue: Queue, name: str) -> None:
 
 __all__ = [
     "GroupInfo",
+    "acked",
     "acked_floor",
+    "advance_head",
     "check_group",
+    "commit_cursor",
     "create",
     "delete",
     "describe",

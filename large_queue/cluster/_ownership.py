@@ -181,7 +181,7 @@ class Ownership:
                 ],
             )
         except errors.RecordNotFoundError:
-            raise self._missing() from None
+            raise self.missing() from None
         inflight = bins.get(INFLIGHT) or {}
         return OwnerState(
             owner=bins.get(OWNER, ""),
@@ -195,7 +195,8 @@ class Ownership:
             dead_lettered=bins.get(DEAD_LETTERED) or 0,
         )
 
-    def _missing(self) -> errors.QueueError:
+    def missing(self) -> errors.QueueError:
+        """The error for an owner record that is not there."""
         if self.group is not None:
             return errors.GroupNotFoundError(
                 f"queue {self.queue.name!r} has no consumer group {self.group!r} (it was deleted,"
@@ -315,7 +316,7 @@ class Ownership:
             )
         except errors.RecordNotFoundError:
             if self.group is not None:
-                raise self._missing() from None
+                raise self.missing() from None
             raise errors.QueueNotFoundError(
                 f"queue {self.queue.name!r} was deleted while node {self.node_id!r} owned it;"
                 " nothing was delivered or acked",

@@ -34,6 +34,7 @@ OPTIONS = (
     "slotsPerRecord",
     "entryEncoding",
     "appends",
+    "group",
 )
 # options Spark itself may hand to a data source with the user's
 _SPARK_OPTIONS = ("path", "checkpointlocation")
@@ -108,6 +109,7 @@ class SourceOptions:
     slots_per_record: int | None
     entry_encoding: str
     appends: str | None  # for createIfMissing: how the new queue's producers append (None: the default)
+    group: str | None = None  # streaming: read as this consumer group, committing its cursor
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -147,6 +149,7 @@ class SourceOptions:
             slots_per_record=_integer(lowered, "slotsPerRecord", None, minimum=1),
             entry_encoding=_entry_encoding(lowered),
             appends=_appends(lowered),
+            group=_group(lowered),
         )
 
 
@@ -157,6 +160,15 @@ def _appends(lowered: Mapping[str, str]) -> str | None:
             f"option appends={given!r} must be {RESERVED_APPENDS!r} or {LOCKED_APPENDS!r}"
         )
     return given.lower() if given is not None else None
+
+
+def _group(lowered: Mapping[str, str]) -> str | None:
+    group = lowered.get("group")
+    if group is None:
+        return None
+    from large_queue.cluster._groups import check_group
+
+    return check_group(group)
 
 
 def _entry_encoding(lowered: Mapping[str, str]) -> str:

@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from large_queue import errors
 from large_queue.appends._prefix import HoleWatch
 from large_queue.backends import Backend, connect
+from large_queue.cluster import _groups
 from large_queue.queue import DEFAULT_APPENDS, Queue
 from large_queue.spark._arrow import read_segment
 from large_queue.spark._options import SourceOptions, check_range, data_loss, for_reading, resolve, segments
@@ -100,6 +101,11 @@ class _BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        if options.group is not None:
+            raise errors.InvalidArgumentError(
+                "option 'group' is for streaming reads (a group's cursor moves when a micro-batch"
+                " commits); a batch read reads offsets and commits nothing"
+            )
         queue = _open(options)  # planning time: a missing queue or bad offsets fail here
         info = queue.info()
         start = resolve(options.starting, info.head_offset, info.tail_offset)
@@ -128,7 +134,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self.target: int | None = None
-        _open(options)  # planning time: a missing queue fails here
+        queue = _open(options)  # planning time: a missing queue fails here
+        if options.group is not None:
+            _groups.ensure(queue, options.group)  # created at the head on first use
 
     def _bounds(self) -> tuple[Queue, int, int]:
         """The queue, and its head and the end of its published prefix now.
@@ -143,8 +151,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return queue, head, tail
 
     def initialOffset(self) -> dict[str, int]:
-        _, head, tail = self._bounds()
-        start = resolve(self.options.starting, head, tail)
+        queue, head, tail = self._bounds()
+        if self.options.group is not None:  # where the group has acked up to (the checkpoint wins later)
+            start = _groups.acked(queue, self.options.group)
+        else:
+            start = resolve(self.options.starting, head, tail)
         if start < head:
             if self.options.fail_on_data_loss:
                 raise data_loss(self.options.queue, start, head)
@@ -197,7 +208,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read_segment(self.options, self.schema, partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Nothing to do: reading never dequeues."""
+        """Reading never dequeues; as a group (option ``group``), moves the group's cursor to ``end``.
+
+        The group then holds back the queue's head like any other group.
+        """
+        if self.options.group is not None:
+            _groups.commit_cursor(_open(self.options), self.options.group, end["offset"])
 
 
 # --- writing ---------------------------------------------------------------------------------

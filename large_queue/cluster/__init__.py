@@ -17,8 +17,9 @@ to a dead-letter queue (:mod:`large_queue.cluster._dead_letters`).
 
 from __future__ import annotations
 
-from large_queue.cluster._consumer import Consumer, Message, OwnershipEvent, OwnershipInfo, ownership_info
+from large_queue.cluster._consumer import Consumer
 from large_queue.cluster._groups import GroupInfo
+from large_queue.cluster._messages import Message, OwnershipEvent, OwnershipInfo, ownership_info
 from large_queue.cluster._ownership import NodeState
 
 __all__ = [

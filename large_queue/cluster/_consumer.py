@@ -28,91 +28,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._frozen import frozen
 from large_queue._waiting import IdlePoller
-from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.cluster import _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
-from large_queue.cluster._ownership import NodeState, Ownership, OwnerState, acked_position, successor
+from large_queue.cluster._messages import Message, OwnershipEvent
+from large_queue.cluster._ownership import Ownership, OwnerState, acked_position, successor
+from large_queue.cluster._slots import read_slots
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
 log = logging.getLogger("large_queue.cluster")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Message:
-    """An entry delivered to this node and not yet acked."""
-
-    offset: int
-    value: Any
-    enqueued_at_ms: int
-    delivery_count: int
-    epoch: int
-    group: str | None = None
-    consumer: Consumer = field(repr=False, compare=False)
-
-    @property
-    def redelivered(self) -> bool:
-        """True if an earlier owner delivered this entry and it was never acked."""
-        return self.delivery_count > 1
-
-    def ack(self) -> None:
-        """Acknowledge: the entry is consumed and will not be delivered again."""
-        self.consumer.ack([self])
-
-    def nack(self, *, delay: float = 0.0, error: str | None = None) -> None:
-        """Give the entry back: it is delivered again after ``delay`` seconds (delivery count + 1).
-
-        ``error`` is kept as the entry's last error (for its dead letter).
-        """
-        self.consumer.nack(self, delay=delay, error=error)
-
-    def extend(self, seconds: float) -> None:
-        """Keep the entry from being delivered again for ``seconds`` more from now."""
-        self.consumer.extend(self, seconds)
-
-
-@dataclass(frozen=True, kw_only=True)
-class OwnershipEvent:
-    """A change seen by one node: ``take``, ``release`` or ``lost``, or an owner ``commit``."""
-
-    kind: str
-    node_id: str
-    epoch: int
-    at_ns: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class OwnershipInfo:
-    """Who owns a queue, who wants it, and how far delivery and acks have got."""
-
-    owner: str | None
-    epoch: int
-    nodes: list[NodeState]
-    delivered_offset: int
-    acked_offset: int
-    in_flight: int
-
-
-def ownership_info(queue: Queue, *, timeout: float = 10.0) -> OwnershipInfo:
-    """The ownership state of ``queue`` (``QueueNotFoundError`` if no consumer ever joined)."""
-    ownership = Ownership(queue, "info", timeout=timeout)
-    state = ownership.read()
-    return OwnershipInfo(
-        owner=state.owner or None,
-        epoch=state.epoch,
-        nodes=ownership.nodes(),
-        delivered_offset=state.cursor,
-        acked_offset=min(state.inflight, default=state.cursor),
-        in_flight=len(state.inflight),
-    )
 
 
 class Consumer:
@@ -423,61 +354,16 @@ class Consumer:
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
         candidates = range(self._cursor, self._cursor + max(budget, 0))
-        # Only the slots wanted, from each buffer record: a run from the first to the last.
-        wanted: dict[int, tuple[int, int]] = {}
-        runs = [range(o, o + 1) for o in redeliver]
-        for record_runs in shape.runs(candidates.start, candidates.stop).values():
-            runs += record_runs
-        for run in runs:
-            record, first, last = shape.record_of(run.start), shape.slot_of(run.start), shape.slot_of(run[-1])
-            if record in wanted:
-                first, last = min(first, wanted[record][0]), max(last, wanted[record][1])
-            wanted[record] = (first, last)
-        records = sorted(wanted)
-        reads: list[tuple[RecordKey, list[Operation] | None]] = [
-            (
-                self.queue.keys.buffer(r),
-                [ListGetRange(rec.SLOTS, wanted[r][0], wanted[r][1] - wanted[r][0] + 1)],
-            )
-            for r in records
-        ]
-        # Offsets below a tail already seen are committed for good (the tail only grows):
-        # the metadata record is read again only to look past it.
-        found: list[dict[str, Any] | None]
-        if (candidates and candidates[-1] >= self._seen_tail) or not self._seen_tail:
-            found = self.queue.backend.batch_read([(self.queue.keys.metadata, None), *reads])
-            if found[0] is None:
-                raise errors.QueueNotFoundError(
-                    f"queue {self.queue.name!r} does not exist", queue=self.queue.name
-                )
-            metadata = rec.parse_metadata(self.queue.name, found[0])
-            if metadata.incarnation != self.queue.incarnation:
-                raise self.queue.lock.replaced_error(created_again=True)
-            self._queue_head, self._seen_tail = metadata.head, metadata.tail
-            found = found[1:]
-        elif len(reads) == 1:
-            key, operations = reads[0]
-            try:
-                found = [self.queue.backend.operate(key, operations or [])]
-            except errors.RecordNotFoundError:
-                found = [None]  # as a batch read reports it: its entries are gone
-        else:
-            found = self.queue.backend.batch_read(reads) if reads else []
-        slots: dict[int, Any] = {}
-        for record, buffer in zip(records, found, strict=True):
-            slots[record] = buffer.get(rec.SLOTS) if buffer is not None else None
+        read = read_slots(self.queue, redeliver, candidates, self._seen_tail)
+        if read.metadata is not None:
+            self._queue_head, self._seen_tail = read.metadata.head, read.metadata.tail
+        slot_at = read.slot_at
         # Below the head: dropped by overwriting producers before this consumer acked them.
         lost = max(0, self._queue_head - self._cursor) + sum(
             1 for o in self._inflight if o < self._queue_head
         )
         cursor = max(self._cursor, self._queue_head)
         fresh = [o for o in candidates if cursor <= o < self._seen_tail]
-
-        def slot_at(offset: int) -> Any:
-            record = shape.record_of(offset)
-            slot_list = slots.get(record)
-            index = shape.slot_of(offset) - wanted[record][0]
-            return slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
 
         settled_end = None
         if self.queue.reserved and fresh:  # only the published prefix; a hole waited on long enough is closed

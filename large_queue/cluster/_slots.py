@@ -1,0 +1,82 @@
+"""Reading what one delivery needs: the slots of the offsets it may deliver, in one round trip.
+
+An owner delivers entries due again (any offsets) and fresh ones (a run from
+its cursor). From each buffer record it reads one run of slots, from the
+first wanted to the last, all in one batch read; with the metadata record
+only when it must look past the tail it has already seen (offsets below a
+tail once seen are committed for good: the tail only grows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue.backends import ListGetRange, Operation, RecordKey
+from large_queue.queue import Queue
+
+
+class SlotsRead:
+    """The slots one delivery read, by offset; and the metadata record, if it was read too."""
+
+    def __init__(
+        self, shape: rec.QueueShape, wanted: dict[int, tuple[int, int]], slots: dict[int, Any], metadata: Any
+    ) -> None:
+        self.shape = shape
+        self._wanted = wanted
+        self._slots = slots
+        self.metadata: rec.Metadata | None = metadata
+
+    def slot_at(self, offset: int) -> Any:
+        """The slot of ``offset`` as read (None if its record was missing or it was not read)."""
+        record = self.shape.record_of(offset)
+        slot_list = self._slots.get(record)
+        index = self.shape.slot_of(offset) - self._wanted[record][0]
+        return slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
+
+
+def read_slots(queue: Queue, again: Sequence[int], fresh: range, seen_tail: int) -> SlotsRead:
+    """Read the slots of offsets ``again`` and ``fresh`` (and the metadata past ``seen_tail``): 1 command."""
+    shape = queue.shape
+    wanted: dict[int, tuple[int, int]] = {}
+    runs = [range(o, o + 1) for o in again]
+    for record_runs in shape.runs(fresh.start, fresh.stop).values():
+        runs += record_runs
+    for run in runs:
+        record, first, last = shape.record_of(run.start), shape.slot_of(run.start), shape.slot_of(run[-1])
+        if record in wanted:
+            first, last = min(first, wanted[record][0]), max(last, wanted[record][1])
+        wanted[record] = (first, last)
+    records = sorted(wanted)
+    reads: list[tuple[RecordKey, list[Operation] | None]] = [
+        (queue.keys.buffer(r), [ListGetRange(rec.SLOTS, wanted[r][0], wanted[r][1] - wanted[r][0] + 1)])
+        for r in records
+    ]
+    found: list[dict[str, Any] | None]
+    metadata = None
+    if (fresh and fresh[-1] >= seen_tail) or not seen_tail:
+        found = queue.backend.batch_read([(queue.keys.metadata, None), *reads])
+        if found[0] is None:
+            raise errors.QueueNotFoundError(f"queue {queue.name!r} does not exist", queue=queue.name)
+        metadata = rec.parse_metadata(queue.name, found[0])
+        if metadata.incarnation != queue.incarnation:
+            raise queue.lock.replaced_error(created_again=True)
+        found = found[1:]
+    elif len(reads) == 1:
+        key, operations = reads[0]
+        try:
+            found = [queue.backend.operate(key, operations or [])]
+        except errors.RecordNotFoundError:
+            found = [None]  # as a batch read reports it: its entries are gone
+    else:
+        found = queue.backend.batch_read(reads) if reads else []
+    slots = {
+        record: buffer.get(rec.SLOTS) if buffer is not None else None
+        for record, buffer in zip(records, found, strict=True)
+    }
+    return SlotsRead(shape, wanted, slots, metadata)
+
+
+__all__ = ["SlotsRead", "read_slots"]

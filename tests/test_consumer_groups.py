@@ -163,6 +163,21 @@ def test_poison_entries_go_to_the_dead_letter_queue_once(store: Store) -> None:
     assert letter["last_error"] == "handler failed"
 
 
+def test_an_entry_the_dead_letter_queue_cannot_take_stays_in_flight(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue()
+    dead = store.new_queue(encoding="json")  # JSON text has no bytes
+    queue.enqueue(b"\x00poison")
+    with _consumer(queue, "g", max_deliveries=1, dead_letter=dead) as consumer:
+        (message,) = consumer.receive(1, timeout=2.0)
+        message.nack()
+        assert consumer.receive(1, timeout=0.2) == []  # the move fails: logged, not raised
+        assert queue.group("g").in_flight == 1 and queue.group("g").dead_lettered == 0
+    assert "could not be moved to dead-letter queue" in caplog.text
+    assert dead.info().size == 0
+
+
 class _Crash(BaseException):
     """A process dying at this point: nothing after it runs."""
 

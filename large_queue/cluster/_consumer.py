@@ -448,10 +448,10 @@ class Consumer:
         assert self.dead_letters is not None
         dying, self._dying = self._dying, []
         for offset, value, enqueued_at_ms, deliveries in dying:
-            letter = self.dead_letters.letter(
-                offset, value, enqueued_at_ms, deliveries, self.deliveries.last_error.get(offset)
-            )
             try:
+                letter = self.dead_letters.letter(
+                    offset, value, enqueued_at_ms, deliveries, self.deliveries.last_error.get(offset)
+                )
                 while True:
                     at = self._dead.get(offset)
                     if at is None:

@@ -300,7 +300,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         for group in config.group_names:
             _drain_group(config, name, group, histories / f"drain-{group}.jsonl")
     else:
-        _drain(config.url, name, histories / "drain.jsonl")
+        wait = 3 * config.hole_timeout if config.appends == "reserve" else None
+        _drain(config.url, name, histories / "drain.jsonl", wait=wait)
     Queue.delete(store, name)
     calls = read_calls(sorted(histories.glob("*.jsonl")))
     operations = sum(1 for call in calls if call.outcome == "ok")
@@ -396,13 +397,19 @@ def _wait_stopped(pid: int, *, timeout: float) -> bool:
     return False
 
 
-def _drain(url: str, name: str, history: Path) -> None:
-    """Take everything left, after every worker has stopped."""
+def _drain(url: str, name: str, history: Path, *, wait: float | None) -> None:
+    """Take everything left, after every worker has stopped.
+
+    ``wait``: how long a dequeue waits for entries. A producer killed between
+    its reservation and its publish just before the end leaves a hole that
+    hides what follows it; a waiting dequeue closes it once it has been open
+    past the hole timeout, and goes on.
+    """
     queue = _open(url, name)
     writer = HistoryWriter(history, "drain")
     while True:
         op = writer.invoke("dequeue", max_entries=100)
-        entries = queue.dequeue_batch(100)
+        entries = queue.dequeue_batch(100, timeout=wait)
         writer.complete(op, "ok", entries=[[e.offset, e.value] for e in entries])
         if not entries:
             break

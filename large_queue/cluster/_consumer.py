@@ -135,9 +135,8 @@ class Consumer:
         self._lost = 0  # stored counts of the group: entries lost to overwriting, moved to dead letters
         self._dead: dict[int, int] = {}
         self._dead_lettered = 0
-        self._dying: list[
-            tuple[int, Any, int, int]
-        ] = []  # (offset, value, enqueued_at_ms, deliveries) to move
+        #: (offset, value, enqueued_at_ms, deliveries) of entries to move to the dead-letter queue
+        self._dying: list[tuple[int, Any, int, int]] = []
         self._synced = 0  # the acked position the queue's head was last synced to
         self._owner_since = 0.0
         self._last_owner_write = 0.0
@@ -511,17 +510,13 @@ class Consumer:
             acked - max(self._queue_head, self._synced) < self._sync_every and not force
         ):
             return
-        grant = self.queue.lock.acquire(f"{self.node_id}:head")
-        try:
-            target = self._head_target(grant, acked)
-            if target > grant.head:
-                self.queue.lock.commit(grant, head=target)
-            else:
-                self.queue.lock.release(grant)
-        except errors.LockLostError:
+        head = _groups.move_head(
+            self.queue, f"{self.node_id}:head", lambda grant: self._head_target(grant, acked)
+        )
+        if head is None:
             return
         self._synced = acked
-        self._queue_head = max(target, grant.head)
+        self._queue_head = head
 
     def _head_target(self, grant: LockGrant, acked: int) -> int:
         """Where the head may go: this consumer's acked position, or the lowest of every group's."""

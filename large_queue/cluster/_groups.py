@@ -30,6 +30,7 @@ every head move. The failure story, as a timeline::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,9 @@ from large_queue.cluster._ownership import (
     OWNER,
     NodeState,
     Ownership,
-    OwnerState,
     acked_position,
 )
+from large_queue.lock import LockGrant
 from large_queue.queue import Queue
 
 MAX_GROUP_NAME_CHARS = 40
@@ -181,6 +182,8 @@ def acked_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
         (queue.keys.group(name).owner, [Read(CURSOR), Read(INFLIGHT)]) for name in groups
     ]
     floor: int | None = None
+    if not groups:
+        return head
     for bins in queue.backend.batch_read(keys):
         if bins is None:
             return head
@@ -192,11 +195,7 @@ def acked_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
 
 def acked(queue: Queue, name: str) -> int:
     """Where group ``name`` has acked up to (every offset below it is acked). One command."""
-    return acked_position_of(Ownership(queue, "cursor", timeout=1.0, group=name).read())
-
-
-def acked_position_of(state: OwnerState) -> int:
-    """The acked position of an owner record as read."""
+    state = Ownership(queue, "cursor", timeout=1.0, group=name).read()
     return acked_position(state.cursor, state.inflight)
 
 
@@ -230,15 +229,24 @@ def commit_cursor(queue: Queue, name: str, offset: int) -> None:
 
 def advance_head(queue: Queue) -> None:
     """Move the queue's head up to the lowest acked position over its groups (under the lock)."""
-    grant = queue.lock.acquire("groups:head")
+    move_head(queue, "groups:head", lambda grant: acked_floor(queue, grant.groups, grant.head))
+
+
+def move_head(queue: Queue, txn_id: str, target: Callable[[LockGrant], int]) -> int | None:
+    """Under the queue lock, move the head up to ``target(grant)``; the head after (None: lock lost).
+
+    The head never moves back; a lost lock leaves it to the next move.
+    """
+    grant = queue.lock.acquire(txn_id)
     try:
-        target = acked_floor(queue, grant.groups, grant.head) if grant.groups else grant.head
-        if target > grant.head:
-            queue.lock.commit(grant, head=target)
+        head = target(grant)
+        if head > grant.head:
+            queue.lock.commit(grant, head=head)
         else:
             queue.lock.release(grant)
     except errors.LockLostError:
-        return  # the next sync does it
+        return None
+    return max(head, grant.head)
 
 
 def ensure(queue: Queue, name: str) -> None:
@@ -260,5 +268,6 @@ __all__ = [
     "describe_all",
     "describe_at",
     "ensure",
+    "move_head",
     "names",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,8 +11,32 @@ from pathlib import Path
 import pytest
 
 from large_queue import Queue, errors
-from large_queue.backends import Increment, ListGetRange, ListSet, Read, RecordKey, Write, WriteMode
-from large_queue.backends.conditions import IntBin, SinceUpdateMs, eq, gt
+from large_queue.backends import (
+    Increment,
+    ListGetRange,
+    ListSet,
+    LogPut,
+    MapGet,
+    Read,
+    RecordKey,
+    Write,
+    WriteMode,
+)
+from large_queue.backends.conditions import (
+    BinExists,
+    Bound,
+    IntBin,
+    MapItem,
+    MapKeyCount,
+    Not,
+    NowMs,
+    Param,
+    SinceUpdateMs,
+    any_of,
+    eq,
+    gt,
+    sub,
+)
 from large_queue.backends.embedded import EmbeddedBackend
 from tests.fix_backends import Store
 
@@ -147,3 +172,40 @@ def test_a_file_made_before_space_was_reclaimed_is_compacted(tmp_path: Path) -> 
     assert path.stat().st_size < kept / 10
     store = EmbeddedBackend(path)  # and from now on it gives pages back as they are freed
     assert store._connection().execute("PRAGMA auto_vacuum").fetchone() == (2,)
+
+
+def test_bounded_log_puts_trim_by_count_and_age_on_the_store_clock(store: Store, key: RecordKey) -> None:
+    """A :class:`LogPut` keeps at most ``keep`` entries, drops those older than its age, both stores alike."""
+    store.backend.put(key, {"tail": 10})
+    now = (NowMs(),)
+    put = LogPut("log", Param("k"), (*now, sub(IntBin("tail"), Param("n")), Param("n"), "e"), 3, 60_000)
+    for index in range(5):
+        store.backend.operate(
+            key,
+            [
+                Increment("tail", 2),
+                LogPut(put.bin, put.key, put.items, 3, 60_000, {"k": f"t{index}", "n": 2}),
+            ],
+        )
+    log = store.backend.get(key).bins["log"]  # type: ignore[union-attr]
+    assert sorted(log) == ["t2", "t3", "t4"]  # the newest 3 (ranked by store time, then first offset)
+    assert [log[k][1:] for k in sorted(log)] == [[14, 2, "e"], [16, 2, "e"], [18, 2, "e"]]
+    stamps = [log[k][0] for k in sorted(log)]
+    assert all(type(stamp) is int and abs(stamp - time.time() * 1000) < 60_000 for stamp in stamps)
+    # key lookups: present, absent; and the guards that read the log
+    got = store.backend.operate(key, [MapGet("log", "t3")])
+    assert got["log"][1:] == [16, 2, "e"]
+    assert store.backend.operate(key, [MapGet("log", "nope")]).get("log") is None
+    absent = Bound(any_of(Not(BinExists("log")), eq(MapKeyCount("log", Param("k")), 0)), {"k": "t3"})
+    with pytest.raises(errors.ConditionNotMetError):
+        store.backend.operate(key, [Increment("tail", 1)], condition=absent)
+    first_is = Bound(eq(MapItem("log", Param("k"), 1), Param("f")), {"k": "t3", "f": 16})
+    store.backend.operate(key, [Increment("tail", 1)], condition=first_is)
+    with pytest.raises(errors.ConditionNotMetError):
+        store.backend.operate(
+            key, [Increment("tail", 1)], condition=Bound(first_is.template, {"k": "t3", "f": 17})
+        )
+    # an age of 0 ms drops everything older than now: the put leaves only its own entry
+    store.advance(0.01)
+    store.backend.operate(key, [LogPut("log", "late", now, 3, 0)])
+    assert list(store.backend.get(key).bins["log"]) == ["late"]  # type: ignore[union-attr]

@@ -136,10 +136,49 @@ class Evaluate:
     values: dict[str, int | str] | None = None
 
 
+@dataclass(frozen=True)
+class MapGet:
+    """Return, under the bin's name, the value of ``key`` in a map bin (absent if the key or bin is)."""
+
+    bin: str
+    key: str
+
+
+@dataclass(frozen=True)
+class LogPut:
+    """Put ``key: [item...]`` into a map bin kept as a bounded log, computed by the store.
+
+    The items are :mod:`conditions` operands (the first is the entry's time
+    on the store's clock, ``NowMs()``); entries are ranked by their items.
+    Before the put, entries whose first item is below ``now - max_age_ms``
+    are removed, then all but the ``keep - 1`` highest-ranked (the newest),
+    so the log never holds more than ``keep``. A missing bin is an empty log.
+    ``values`` binds the :class:`~conditions.Param` operands (the key may be one);
+    the operation is a template, built once like a condition.
+    """
+
+    bin: str
+    key: Any
+    items: tuple[Any, ...]
+    keep: int
+    max_age_ms: int
+    values: dict[str, int | str] | None = None
+
+
 Operation = (
-    Read | Write | Increment | ListSet | ListSetRange | ListGetRange | ReadSinceUpdate | Compute | Evaluate
+    Read
+    | Write
+    | Increment
+    | ListSet
+    | ListSetRange
+    | ListGetRange
+    | ReadSinceUpdate
+    | Compute
+    | Evaluate
+    | MapGet
+    | LogPut
 )
-READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate)
+READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate, MapGet)
 
 
 class Backend(ABC):

@@ -24,7 +24,7 @@ import aerospike
 from aerospike import exception as aerospike_exception
 from aerospike_helpers import expressions as exp
 from aerospike_helpers.batch import records as batch_records
-from aerospike_helpers.operations import expression_operations
+from aerospike_helpers.operations import expression_operations, map_operations
 
 from large_queue import errors
 from large_queue.backends import conditions as c
@@ -37,6 +37,8 @@ from large_queue.backends._base import (
     ListGetRange,
     ListSet,
     ListSetRange,
+    LogPut,
+    MapGet,
     Operation,
     Read,
     ReadSinceUpdate,
@@ -233,6 +235,8 @@ def _emit(node: Any, out: list[Any]) -> None:
         out.append(_bin_leaf("ListBin", node.name))
     elif isinstance(node, c.NowMs):
         out.extend(_NOW_MS)
+    elif isinstance(node, (c.MapKeyCount, c.MapItem)):
+        _splice(_map_read_shape(type(node).__name__, node.name, getattr(node, "index", 0)), [node.key], out)
     elif isinstance(node, c.Not):
         out.append(_NOT_HEAD)
         _emit(node.part, out)
@@ -249,6 +253,85 @@ def _emit(node: Any, out: list[Any]) -> None:
 
 
 _READ_SINCE_UPDATE = [_SINCE_UPDATE]
+
+
+# Expressions built from the client's helpers with sentinel values in the places
+# of their variable parts, compiled once; the parts are spliced in at the sentinels.
+def _sentinel(index: int) -> str:
+    return f"\x00lq-part-{index}"
+
+
+def _splice(shape: list[Any], parts: Sequence[Any], out: list[Any]) -> None:
+    """Append ``shape`` to ``out`` with sentinel ``i`` replaced by the compiled ``parts[i]``."""
+    for item in shape:
+        fixed = item[2]
+        value = fixed.get("val") if type(fixed) is dict else None
+        if type(value) is str and value.startswith("\x00lq-part-"):
+            _emit(parts[int(value.rsplit("-", 1)[1])], out)
+        else:
+            out.append(item)
+
+
+@functools.cache
+def _map_read_shape(kind: str, name: str, index: int) -> list[Any]:
+    if kind == "MapKeyCount":
+        helper: Any = exp.MapGetByKey(
+            None, aerospike.MAP_RETURN_COUNT, exp.ResultType.INTEGER, _sentinel(0), exp.MapBin(name)
+        )
+    else:
+        helper = exp.ListGetByIndex(
+            None,
+            aerospike.LIST_RETURN_VALUE,
+            exp.ResultType.INTEGER,
+            index,
+            exp.MapGetByKey(
+                None, aerospike.MAP_RETURN_VALUE, exp.ResultType.LIST, _sentinel(0), exp.MapBin(name)
+            ),
+        )
+    compiled: list[Any] = helper.compile()
+    return compiled
+
+
+@functools.cache
+def _log_put_shape(name: str, item_count: int, keep: int) -> list[Any]:
+    """:class:`LogPut` with sentinels: 0 the key, 1 the age cutoff, 2... the items."""
+    log = exp.Cond(exp.BinExists(name), exp.MapBin(name), exp.Val({}))
+    cutoff = exp.ListAppend(None, None, _sentinel(1), exp.Val([]))
+    aged = exp.MapRemoveByValueRange(None, None, cutoff, log)
+    kept = exp.MapRemoveByRankRangeToEnd(None, -(keep - 1), aged, inverted=True)
+    item: Any = exp.Val([])
+    for index in range(item_count):
+        item = exp.ListAppend(None, None, _sentinel(2 + index), item)
+    compiled: list[Any] = exp.MapPut(None, None, _sentinel(0), item, kept).compile()
+    return compiled
+
+
+# (bin, key, items, keep, max age) -> the compiled log put and its parameters' positions
+_LOG_PUTS: dict[tuple[Any, ...], tuple[list[Any], list[tuple[int, str]]]] = {}
+
+
+def _log_put(op: LogPut) -> dict[str, Any]:
+    """The expression write of a :class:`LogPut` (compiled once per shape; parameters put in)."""
+    if op.keep < 2:
+        raise ValueError(f"a log must keep at least 2 entries, not {op.keep}")
+    shape_key = (op.bin, op.key, op.items, op.keep, op.max_age_ms)
+    found = _LOG_PUTS.get(shape_key)
+    if found is None:
+        compiled: list[Any] = []
+        parts = [op.key, c.sub(c.NowMs(), op.max_age_ms), *op.items]
+        _splice(_log_put_shape(op.bin, len(op.items), op.keep), parts, compiled)
+        positions = [(i, part.name) for i, part in enumerate(compiled) if isinstance(part, c.Param)]
+        if len(_LOG_PUTS) >= _MOST_COMPILED:
+            _LOG_PUTS.clear()
+        found = _LOG_PUTS[shape_key] = (compiled, positions)
+    compiled, positions = found
+    if positions:
+        if op.values is None:
+            raise TypeError(f"{op!r} has parameters: give their values")
+        compiled = list(compiled)
+        for index, name in positions:
+            compiled[index] = _value(op.values[name])
+    return expression_operations.expression_write(op.bin, compiled)
 
 
 _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
@@ -269,6 +352,8 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
     Compute: lambda op: expression_operations.expression_write(
         op.bin, compile_expression(op.expression, op.values)
     ),
+    MapGet: lambda op: map_operations.map_get_by_key(op.bin, op.key, aerospike.MAP_RETURN_VALUE),
+    LogPut: _log_put,
 }
 
 

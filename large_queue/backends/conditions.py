@@ -69,6 +69,23 @@ class ListRangeMax:
 
 
 @dataclass(frozen=True)
+class MapKeyCount:
+    """1 if the map bin holds ``key``, else 0; unknown if the bin is missing or not a map."""
+
+    name: str
+    key: Any
+
+
+@dataclass(frozen=True)
+class MapItem:
+    """Integer item ``index`` of the list that the map bin holds under ``key``; unknown if there is none."""
+
+    name: str
+    key: Any
+    index: int
+
+
+@dataclass(frozen=True)
 class Arith:
     """``+``, ``-`` or ``max`` of integer operands, evaluated by the store."""
 
@@ -87,7 +104,9 @@ class Param:
     name: str
 
 
-Operand = IntBin | StrBin | SinceUpdateMs | NowMs | ListRangeMax | Arith | Param | int | str
+Operand = (
+    IntBin | StrBin | SinceUpdateMs | NowMs | ListRangeMax | MapKeyCount | MapItem | Arith | Param | int | str
+)
 
 
 @dataclass(frozen=True)
@@ -271,6 +290,21 @@ def value_of(
         if not chosen or not all(type(item) is list and item and type(item[0]) is int for item in chosen):
             return UNKNOWN
         return max(item[0] for item in chosen)
+    if isinstance(operand, (MapKeyCount, MapItem)):
+        mapping = bins.get(operand.name)
+        key = value_of(operand.key, bins, clock, params)
+        if type(mapping) is not dict:
+            return UNKNOWN
+        if isinstance(operand, MapKeyCount):
+            return int(key in mapping)
+        item = mapping.get(key)
+        if (
+            type(item) is not list
+            or not 0 <= operand.index < len(item)
+            or type(item[operand.index]) is not int
+        ):
+            return UNKNOWN
+        return item[operand.index]
     if isinstance(operand, Arith):
         values = [value_of(part, bins, clock, params) for part in operand.parts]
         if any(type(value) is not int for value in values):

@@ -45,6 +45,8 @@ from large_queue.backends._base import (
     ListGetRange,
     ListSet,
     ListSetRange,
+    LogPut,
+    MapGet,
     Operation,
     Read,
     ReadSinceUpdate,
@@ -582,6 +584,12 @@ def _apply(
             value = value_of(op.expression, bins, clock, op.values)
             if value is not UNKNOWN:
                 results[op.bin] = value
+        elif isinstance(op, MapGet):
+            found = bins.get(op.bin)
+            if type(found) is dict and op.key in found:
+                results[op.bin] = found[op.key]
+        elif isinstance(op, LogPut):
+            bins[op.bin] = _log_put(key, bins, op, clock)
         elif isinstance(op, Compute):
             value = value_of(op.expression, bins, clock, op.values)
             if type(value) is not int:  # Aerospike fails the command when an expression write is unknown
@@ -592,6 +600,26 @@ def _apply(
         else:
             raise TypeError(f"unknown operation {op!r}")
     return results
+
+
+def _log_put(key: RecordKey, bins: dict[str, Any], op: LogPut, clock: Clock) -> dict[Any, Any]:
+    """The bounded log after :class:`LogPut` (as Aerospike's map expressions compute it)."""
+    log = bins.get(op.bin)
+    if log is None:
+        log = {}
+    elif type(log) is not dict:
+        raise _fail(errors.BinTypeError, f"bin {op.bin!r} of {key.user_key} is not a map")
+    item = [value_of(part, bins, clock, op.values) for part in op.items]
+    entry_key = value_of(op.key, bins, clock, op.values)
+    if any(part is UNKNOWN for part in item) or entry_key is UNKNOWN:
+        raise _fail(errors.BinTypeError, f"an item of the log in bin {op.bin!r} of {key.user_key} is unknown")
+    cutoff = [clock.now_ms - op.max_age_ms]
+    kept = {k: v for k, v in log.items() if not v < cutoff}
+    if len(kept) > op.keep - 1:
+        ranked = sorted(kept.items(), key=lambda kv: kv[1])
+        kept = dict(ranked[len(ranked) - (op.keep - 1) :] if op.keep > 1 else [])
+    kept[entry_key] = item
+    return kept
 
 
 def _list_bin(key: RecordKey, bins: dict[str, Any], name: str) -> list[Any]:

@@ -331,7 +331,8 @@ def _log_put(op: LogPut) -> dict[str, Any]:
         compiled = list(compiled)
         for index, name in positions:
             compiled[index] = _value(op.values[name])
-    return expression_operations.expression_write(op.bin, compiled)
+    write: dict[str, Any] = expression_operations.expression_write(op.bin, compiled)
+    return write
 
 
 _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {

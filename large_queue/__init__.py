@@ -14,6 +14,7 @@ The original API (``LargeQueue``, ``ASAborted``) is kept for existing code.
 
 from __future__ import annotations
 
+from large_queue._receipts import Outcome, Receipt
 from large_queue._seed import ASAborted, LargeQueue
 from large_queue._stats import QueueStats
 from large_queue.backends import Backend, connect
@@ -22,6 +23,7 @@ from large_queue.errors import (
     CorruptQueueError,
     DataLossError,
     DeliveryExpiredError,
+    EntriesGoneError,
     EntryTooLargeError,
     GroupNotFoundError,
     GroupsInUseError,
@@ -51,6 +53,7 @@ __all__ = [
     "CorruptQueueError",
     "DataLossError",
     "DeliveryExpiredError",
+    "EntriesGoneError",
     "Entry",
     "EntryTooLargeError",
     "FencingToken",
@@ -62,6 +65,7 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockPolicy",
+    "Outcome",
     "OutcomeUnknownError",
     "OwnershipLostError",
     "Producer",
@@ -71,6 +75,7 @@ __all__ = [
     "QueueInfo",
     "QueueNotFoundError",
     "QueueStats",
+    "Receipt",
     "ReservationClosedError",
     "UnsupportedEntryError",
     "connect",

@@ -33,6 +33,10 @@ DEFAULT_MIN_SLOT_BYTES = 1024
 # buffer record (about 100 s for a million on Aerospike here), and each record holds
 # 64 bytes of Aerospike's primary index in memory on every node.
 MAX_RECORD_COUNT = 1_000_000
+#: bounds of the receipt log: a receipt of the longest txn id takes about RECEIPT_BYTES of the metadata record
+MIN_RECEIPTS = 2
+MAX_RECEIPTS = 4000
+RECEIPT_BYTES = 170
 #: a create records its progress every this many buffer records, so that deleting
 #: an interrupted create touches only the records it made
 CREATE_PROGRESS_EVERY = 1000
@@ -58,6 +62,8 @@ def create(
     encoding: str,
     appends: str,
     hole_timeout: float,
+    receipts: int | None = None,
+    receipt_ttl: float = rec.DEFAULT_RECEIPT_AGE,
 ) -> str:
     """Check the options, then write a new queue's records; returns its namespace.
 
@@ -94,6 +100,23 @@ def create(
         raise errors.InvalidArgumentError(
             f"the store's records hold at most {store_limit} bytes in namespace {buffer_namespace!r};"
             f" a queue needs at least {MIN_RECORD_SIZE_LIMIT}"
+        )
+    metadata_limit = backend.max_record_bytes(namespace)
+    if receipts is None:  # as many as the default, or as fit the metadata record
+        fitting = (metadata_limit - RECORD_OVERHEAD_BYTES) // RECEIPT_BYTES
+        receipts = max(MIN_RECEIPTS, min(rec.DEFAULT_RECEIPT_KEEP, fitting))
+    if type(receipts) is not int or not MIN_RECEIPTS <= receipts <= MAX_RECEIPTS:
+        raise errors.InvalidArgumentError(
+            f"receipts must be an int from {MIN_RECEIPTS} to {MAX_RECEIPTS:,}, got {receipts!r}"
+        )
+    if receipts * RECEIPT_BYTES + RECORD_OVERHEAD_BYTES > metadata_limit:
+        raise errors.InvalidArgumentError(
+            f"receipts={receipts} may not fit the metadata record: namespace {namespace!r} holds records"
+            f" of at most {metadata_limit} bytes, and a receipt takes up to {RECEIPT_BYTES}"
+        )
+    if type(receipt_ttl) not in (int, float) or not 1 <= receipt_ttl <= 30 * 86400:
+        raise errors.InvalidArgumentError(
+            f"receipt_ttl must be 1 to {30 * 86400} seconds (30 days), got {receipt_ttl!r}"
         )
     if record_size_limit is None:
         record_size_limit = store_limit
@@ -138,6 +161,8 @@ def create(
         rec.BUFFER_NAMESPACE: buffer_namespace,
         rec.MAX_ENTRY_BYTES: entry_limit,
         rec.INCARNATION: incarnation,
+        rec.RECEIPT_KEEP: receipts,
+        rec.RECEIPT_AGE_MS: round(receipt_ttl * 1000),
     }
     reserved = appends == rec.RESERVED_APPENDS
     if reserved:

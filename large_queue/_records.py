@@ -70,6 +70,12 @@ LOCK_AT = "lock_at"  # format 3: when the lock was taken or renewed, on the stor
 HOLE_MS = "hole_ms"  # format 3: how long a reservation may stay unpublished before readers close it
 PUBLISHED = "published"  # format 3: every offset below it is published or closed (a hint that only grows)
 GROUPS = "groups"  # the names of the queue's consumer groups (absent: none); written under the lock
+RECEIPTS = "receipts"  # txn id -> [store ms, first offset, count, "e" | "d"]: see large_queue._receipts
+RECEIPT_KEEP = "rcpt_keep"  # how many receipts the log keeps at most (absent: the default)
+RECEIPT_AGE_MS = "rcpt_age_ms"  # how long the log keeps a receipt, in ms (absent: the default)
+#: receipts kept at most, and for how long (seconds), unless a queue was created with others
+DEFAULT_RECEIPT_KEEP = 1000
+DEFAULT_RECEIPT_AGE = 3600.0
 
 # buffer bins (the fence bins share their names with the metadata counter's)
 SLOTS = "slots"
@@ -212,6 +218,8 @@ class Metadata:
     hole_timeout_ms: int = 0  # format 3 only
     published: int = 0  # format 3 only: offsets below it are settled
     groups: tuple[str, ...] = ()  # the queue's consumer groups
+    receipt_keep: int = DEFAULT_RECEIPT_KEEP
+    receipt_age_ms: int = int(DEFAULT_RECEIPT_AGE * 1000)
 
     @property
     def reserved(self) -> bool:
@@ -257,6 +265,9 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     for name in (HOLE_MS, PUBLISHED) if reserved else ():
         if type(bins.get(name)) is not int:
             raise corrupt(f"bin {name!r} is missing or not an integer")
+    for name in (RECEIPT_KEEP, RECEIPT_AGE_MS):
+        if name in bins and (type(bins[name]) is not int or bins[name] < 1):
+            raise corrupt(f"bin {name!r} holds {bins[name]!r}, not a positive integer")
     if encoding not in ENCODINGS:
         raise corrupt(f"entry encoding {encoding!r} is not supported (known: {', '.join(ENCODINGS)})")
     incarnation = bins.get(INCARNATION)
@@ -288,6 +299,8 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         hole_timeout_ms=bins[HOLE_MS] if reserved else 0,
         published=bins[PUBLISHED] if reserved else 0,
         groups=tuple(bins.get(GROUPS) or ()),
+        receipt_keep=bins.get(RECEIPT_KEEP, DEFAULT_RECEIPT_KEEP),
+        receipt_age_ms=bins.get(RECEIPT_AGE_MS, int(DEFAULT_RECEIPT_AGE * 1000)),
     )
 
 

@@ -108,14 +108,18 @@ class LargeQueue:
         }
 
     def enqueue(self, entry: Any, txn_id: Any, overwrite_if_full: bool = False) -> int:
-        """Append ``entry``; return its offset."""
+        """Append ``entry``; return its offset.
+
+        As in the reference, ``txn_id`` names the lock holder only: the same
+        id may serve many calls (no receipts; see ``Queue.enqueue`` for those).
+        """
         with _reference_reasons():
-            return self._opened().enqueue(entry, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
+            return self._opened()._enqueue_as(entry, txn_id, overwrite_if_full)
 
     def dequeue(self, txn_id: Any) -> dict[str, Any] | None:
-        """Remove the head entry; ``{'offset': ..., 'entry': ...}`` or None if empty."""
+        """Remove the head entry: ``{'offset': ..., 'entry': ...}``, or None if empty."""
         with _reference_reasons():
-            return _as_dict(self._opened().dequeue(txn_id=txn_id))
+            return _as_dict(self._opened()._dequeue_as(txn_id))
 
     def get_entry_at_offset(self, offset: int) -> dict[str, Any] | None:
         """``{'offset': ..., 'entry': ...}`` if ``offset`` is in the queue now, else None."""

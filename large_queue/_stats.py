@@ -32,6 +32,7 @@ class QueueStats:
     reservations: int = 0  #: offsets ranges reserved by appends without the lock (format 3)
     holes_closed: int = 0  #: unpublished reservations this handle closed after the hole timeout
     reservations_closed: int = 0  #: appends refused because a reader had closed their reservation
+    repeats_answered: int = 0  #: calls whose txn id had a receipt: answered from it, nothing done twice
     size: int = 0  #: entries in the queue when this handle last held its lock (its backlog, as seen)
 
 

@@ -132,9 +132,9 @@ def _parking(queue: Queue) -> None:
     """Make the producer stop itself between its next reservation and its publish when asked."""
     reserve = queue.appender.reserve
 
-    def reserve_then_park(count: int, *, overwrite: bool) -> int:
+    def reserve_then_park(count: int, *, overwrite: bool, receipt: Any = None) -> int:
         global _park_requested
-        first = reserve(count, overwrite=overwrite)
+        first = reserve(count, overwrite=overwrite, receipt=receipt)
         if _park_requested:
             _park_requested = False
             os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator resumes or kills us

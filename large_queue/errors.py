@@ -98,6 +98,17 @@ class ReservationClosedError(QueueError):
     """
 
 
+class EntriesGoneError(QueueError):
+    """A dequeue repeated with its txn id committed the first time, but its entries are no longer stored.
+
+    ``offsets`` is the range the first call removed. A lock-mode queue erases
+    dequeued slots at the next dequeue from their record; any queue reuses
+    them a lap later. The entries were delivered to the first call only.
+    """
+
+    offsets: range | None = None
+
+
 class OwnershipLostError(QueueError):
     """This node no longer owns the queue: a commit or ack under its old epoch was refused.
 

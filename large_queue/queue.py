@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from large_queue import _lifecycle, errors
+from large_queue import _lifecycle, _receipts, errors
 from large_queue import _records as rec
 from large_queue._entries import NATIVE, check_entries, decode_entry
 from large_queue._frozen import frozen
@@ -133,6 +133,8 @@ class Queue:
         #: producers append by reserving offsets, without the lock (see :mod:`large_queue.appends`)
         self.reserved = metadata.reserved
         self.hole_timeout = metadata.hole_timeout_ms / 1000
+        #: the receipt log's bounds and operations (see :mod:`large_queue._receipts`)
+        self.receipts = _receipts.Receipts(metadata.receipt_keep, metadata.receipt_age_ms)
         self.lock = QueueLock(
             backend,
             self.keys,
@@ -184,6 +186,8 @@ class Queue:
         encoding: str = NATIVE,
         appends: str = DEFAULT_APPENDS,
         hole_timeout: float = 2.0,
+        receipts: int | None = None,
+        receipt_ttl: float = rec.DEFAULT_RECEIPT_AGE,
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
@@ -206,6 +210,11 @@ class Queue:
         this library). ``hole_timeout`` (seconds, ``"reserve"`` only) is how
         long a reader waits on a reserved offset that is not published (its
         producer paused or died) before closing it.
+        ``receipts`` (default 1,000, or as many as fit a smaller metadata
+        record) and ``receipt_ttl`` (seconds) bound the receipt log: the
+        calls given a ``txn_id`` whose outcome the queue remembers (see
+        :meth:`outcome`); a receipt takes about 40 bytes plus its txn id in
+        the metadata record.
         """
         backend = connect(store)
         namespace = _lifecycle.create(
@@ -220,6 +229,8 @@ class Queue:
             encoding=encoding,
             appends=appends,
             hole_timeout=hole_timeout,
+            receipts=receipts,
+            receipt_ttl=receipt_ttl,
         )
         return cls.open(backend, name, namespace=namespace, lock_policy=lock_policy)
 
@@ -282,7 +293,8 @@ class Queue:
 
         ``QueueFullError`` if the queue is full, unless ``overwrite_if_full``,
         which drops the oldest entry instead. Costs 3 round trips (2 where
-        producers append without the lock).
+        producers append without the lock). With ``txn_id`` the call is
+        idempotent: see :meth:`enqueue_batch`.
         """
         return self.enqueue_batch([entry], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
 
@@ -295,14 +307,41 @@ class Queue:
         (type and size) before anything is written. Costs 2 + buffer records
         touched round trips under the lock, or 1 + buffer records touched
         where producers append without it (``appends="reserve"``).
+
+        ``txn_id`` (your id for this call, unique per call) makes it
+        idempotent: the call leaves a receipt, and a call whose ``txn_id``
+        already has one writes nothing and returns the first call's offsets,
+        so a call that failed or timed out in doubt can simply be made again
+        (see :meth:`outcome`). The same ``txn_id`` with another batch size,
+        or one that named a dequeue, is ``InvalidArgumentError``.
         """
         values = check_entries(entries, self.max_entry_bytes, self.encoding)
         return self._append_checked(values, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
 
+    def _enqueue_as(self, entry: Any, holder: str | int, overwrite_if_full: bool) -> int:
+        """An enqueue whose txn id names the lock holder only, as the reference API's does (no receipt)."""
+        values = check_entries([entry], self.max_entry_bytes, self.encoding)
+        return self._append_checked(
+            values, txn_id=holder, overwrite_if_full=overwrite_if_full, receipt=False
+        ).start
+
+    def _dequeue_as(self, holder: str | int) -> Entry | None:
+        """A dequeue whose txn id names the lock holder only, as the reference API's does (no receipt)."""
+        taken = self._dequeue_now(1, _txn_id(holder), False)
+        return taken[0] if taken else None
+
     def _append_checked(
-        self, values: list[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
+        self,
+        values: list[Any],
+        *,
+        txn_id: str | int | None = None,
+        overwrite_if_full: bool = False,
+        receipt: bool = True,
     ) -> range:
-        """:meth:`enqueue_batch` of entries already checked (as ``check_entries`` returns them)."""
+        """:meth:`enqueue_batch` of entries already checked (as ``check_entries`` returns them).
+
+        ``receipt=False``: ``txn_id`` names the lock holder only.
+        """
         count = len(values)
         if count > self.capacity:
             raise errors.InvalidArgumentError(
@@ -310,22 +349,51 @@ class Queue:
             )
         if count == 0:
             return range(0)
-        if self.reserved:  # no lock: a txn id names nothing here, but a bad one is still refused
-            if txn_id is not None:
+        mine = receipt and txn_id is not None
+        if self.reserved:
+            if mine:
+                offsets = _receipts.append_once(self, values, _txn_id(txn_id), overwrite_if_full)
+                self.counters.add(enqueue_calls=1, entries_enqueued=count)
+                return offsets
+            if txn_id is not None:  # it names nothing here (no lock), but a bad one is still refused
                 _txn_id(txn_id)
             with self.backend.grouped():  # on the embedded store, one transaction: no hole for others to see
                 first = self.appender.reserve(count, overwrite=overwrite_if_full)
                 self.appender.publish(first, values, time.time_ns() // 1_000_000)
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
-        with self.lock.holding(_txn_id(txn_id)) as grant:
+        txn = _txn_id(txn_id)
+        with self.lock.holding(txn, receipt=mine) as grant:
+            if grant.receipt is not None:
+                return self._repeated(grant, _receipts.ENQUEUE, count).offsets
             grant, new_head, new_tail = self._write_entries(
                 grant, values, overwrite_if_full=overwrite_if_full
             )
             offsets = range(new_tail - count, new_tail)
-            self.lock.commit(grant, head=new_head, tail=new_tail, known={"offsets": offsets})
+            put = self.receipts.committed(txn, _receipts.ENQUEUE, offsets) if mine else None
+            self.lock.commit(grant, head=new_head, tail=new_tail, receipt=put, known={"offsets": offsets})
         self.counters.add(enqueue_calls=1, entries_enqueued=count)
         return offsets
+
+    def _repeated(self, grant: LockGrant, operation: str, count: int | None) -> _receipts.Receipt:
+        """A call whose txn already has a receipt: release the lock and return the receipt (checked)."""
+        assert grant.receipt is not None
+        receipt = _receipts.parse(self.name, grant.txn_id, grant.receipt)
+        self.lock.release(grant)
+        _receipts.check_repeat(self, receipt, operation, count)
+        self.counters.add(repeats_answered=1)
+        return receipt
+
+    def outcome(self, txn_id: str | int, *, within: float | None = None) -> _receipts.Outcome:
+        """What became of the call that carried ``txn_id``: committed, pending, not committed or unknown.
+
+        One read of the metadata record (and, for a lock-free enqueue, of one
+        slot). ``within``: the call was made at most that many seconds ago
+        (default: the receipt TTL); "not committed" is answered only if the
+        receipt log still covers that long, else "unknown". See
+        :class:`large_queue.Outcome`.
+        """
+        return _receipts.outcome(self, _txn_id(txn_id), within)
 
     def _write_entries(
         self, grant: LockGrant, values: list[Any], *, overwrite_if_full: bool
@@ -403,8 +471,9 @@ class Queue:
         txn = _txn_id(txn_id)
         if timeout is not None and not timeout >= 0:
             raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        mine = txn_id is not None
         if not timeout:
-            return self._dequeue_now(max_entries, txn)
+            return self._dequeue_now(max_entries, txn, mine)
         deadline = time.monotonic() + timeout
         while True:
             ready = True
@@ -412,7 +481,7 @@ class Queue:
                 if not self._idle.wait_turn(deadline):
                     return []
                 ready = self._has_entries()
-            if ready and (taken := self._dequeue_now(max_entries, txn)):
+            if ready and (taken := self._dequeue_now(max_entries, txn, mine)):
                 self._idle.found_something()
                 return taken
             self._idle.found_nothing()
@@ -421,24 +490,38 @@ class Queue:
         metadata = self.current_metadata()
         return metadata.tail > metadata.head
 
-    def _dequeue_now(self, max_entries: int, txn: str) -> list[Entry]:
+    def _dequeue_now(self, max_entries: int, txn: str, mine: bool) -> list[Entry]:
+        """Dequeue what is there now; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
         once = self._dequeue_settled if self.reserved else self._dequeue_once
         while True:
-            taken, again = once(max_entries, txn)
+            taken, again = once(max_entries, txn, mine)
             if taken or not again:
                 return taken
 
-    def _dequeue_settled(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
+    def _dequeue_receipt(
+        self, grant: LockGrant, mine: bool, head: int, new_head: int, taken: list[Entry]
+    ) -> Any:
+        """The receipt a dequeue's commit leaves: for a caller's txn that took entries."""
+        if not mine or not taken:
+            return None
+        return self.receipts.committed(grant.txn_id, _receipts.DEQUEUE, range(head, new_head))
+
+    def _dequeue_settled(self, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
         """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
 
         Stops at the first reserved offset not yet published. If that hole is
         at the head and has been open past the hole timeout, closes it first.
         """
-        with self.lock.holding(txn) as grant:
+        with self.lock.holding(txn, receipt=mine) as grant:
+            if grant.receipt is not None:
+                return _receipts.repeated_dequeue(self, self._repeated(grant, _receipts.DEQUEUE, None)), False
             self._refuse_groups(grant)
             grant, taken, settled = self._read_settled(grant, max_entries)
             closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
-            self.lock.commit(grant, head=settled.end, published=settled.end, known={"entries": taken})
+            receipt = self._dequeue_receipt(grant, mine, grant.head, settled.end, taken)
+            self.lock.commit(
+                grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
+            )
         self.holes.forget(settled.end)
         self.counters.add(
             dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=settled.overwritten
@@ -478,6 +561,10 @@ class Queue:
         settled = self.prefix.settle(head, stop, slots.__getitem__)
         return grant, [self._entry(*found) for found in settled.entries], settled
 
+    def _entry_of(self, offset: int, found: tuple[Any, int]) -> Entry:
+        """The entry of a slot already decoded by :func:`large_queue._records.slot_entry`."""
+        return frozen(Entry, offset=offset, value=found[0], enqueued_at_ms=found[1])
+
     def _entry(self, offset: int, stored: Any, enqueued_at_ms: int) -> Entry:
         """The entry of a settled slot, its value decoded as the queue stores it."""
         if self.encoding == NATIVE:
@@ -488,11 +575,17 @@ class Queue:
             raise self.prefix.corrupt(offset, f"no valid entry for offset {offset}: {exc}") from None
         return frozen(Entry, offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
 
-    def _dequeue_once(self, max_entries: int, txn: str) -> tuple[list[Entry], bool]:
-        with self.lock.holding(txn) as grant:
+    def _dequeue_once(self, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
+        """One locked dequeue (``appends="lock"``); True: try again (entries were overwritten)."""
+        with self.lock.holding(txn, receipt=mine) as grant:
+            if grant.receipt is not None:
+                return _receipts.repeated_dequeue(self, self._repeated(grant, _receipts.DEQUEUE, None)), False
             self._refuse_groups(grant)
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
-            self.lock.commit(grant, head=new_head, erased_below=grant.head, known={"entries": taken})
+            receipt = self._dequeue_receipt(grant, mine, grant.head, new_head, taken)
+            self.lock.commit(
+                grant, head=new_head, erased_below=grant.head, receipt=receipt, known={"entries": taken}
+            )
         self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
         if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
             log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)

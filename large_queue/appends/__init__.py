@@ -63,6 +63,7 @@ from large_queue.backends import (
     ListGetRange,
     ListSet,
     ListSetRange,
+    LogPut,
     Operation,
     Read,
     Write,
@@ -86,6 +87,15 @@ from large_queue.lock import replaced_error
 
 #: tries of a reserve or publish that times out
 ATTEMPTS = 3
+
+
+class Duplicate(Exception):
+    """A reservation with a txn id was refused: the txn already has a receipt (``receipt``, as stored)."""
+
+    def __init__(self, receipt: Any) -> None:
+        super().__init__("the txn id has a receipt")
+        self.receipt = receipt
+
 
 _SAME_QUEUE = eq(StrBin(rec.INCARNATION), Param("incarnation"))
 #: at least ``count`` slots are free: tail - head <= capacity - count
@@ -141,6 +151,12 @@ def _reserving(count: int, overwriting_capacity: int | None) -> tuple[Operation,
     return tuple(operations)
 
 
+@functools.lru_cache(maxsize=16)
+def _both(first: Condition, second: Condition) -> And:
+    """Template: both templates hold (built once per pair, so stores compile it once)."""
+    return all_of(first, second)
+
+
 def slot_writes(first_slot: int, slots: list[Any], slots_per_record: int) -> Operation:
     """The operation that sets a run of slots: the whole bin when the run is the whole record.
 
@@ -180,14 +196,27 @@ class Appender:
 
     # --- reserve ------------------------------------------------------------------------
 
-    def reserve(self, count: int, *, overwrite: bool) -> int:
+    def reserve(
+        self, count: int, *, overwrite: bool, receipt: tuple[LogPut, Condition, str] | None = None
+    ) -> int:
         """Take the next ``count`` offsets; return the first. One command.
 
         ``QueueFullError`` (nothing reserved) when fewer than ``count`` slots
-        are free and not ``overwrite``.
+        are free and not ``overwrite``. ``receipt`` is ``(the receipt's write,
+        the guard on the receipt log, txn id)`` (:mod:`large_queue._receipts`):
+        written by the same command; :class:`Duplicate` if the guard refused it.
         """
         capacity = self.shape.capacity
-        if count == 1 and not overwrite:  # the common single enqueue: its command is built once
+        if receipt is not None:
+            put, receipt_guard, _ = receipt
+            assert isinstance(receipt_guard, Bound)
+            values = {"incarnation": self.incarnation, "room": capacity - count, **receipt_guard.values}
+            guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt_guard.template), values)
+            operations = (*_reserving(count, capacity if overwrite else None)[:-1], put, Read(rec.TAIL))
+            send: Callable[[], dict[str, Any]] = functools.partial(
+                self.backend.operate, self.keys.metadata, operations, condition=guard_both
+            )
+        elif count == 1 and not overwrite:  # the common single enqueue: its command is built once
             if self._reserve_one is None:
                 guard_one = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - 1})
                 self._reserve_one = self.backend.operation(
@@ -213,7 +242,7 @@ class Appender:
                 self.counters.add(timeouts_repeated=1)
                 continue
             except errors.ConditionNotMetError:
-                raise self._refusal(count) from None
+                raise self._refusal(count, None if receipt is None else receipt[2]) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.add(reservations=1)
@@ -221,12 +250,16 @@ class Appender:
             return tail - count
         raise AssertionError("ATTEMPTS must be positive")
 
-    def _refusal(self, count: int) -> errors.LargeQueueError:
-        """Why a reservation was refused: the queue is full, or it is not the queue opened."""
+    def _refusal(self, count: int, txn_id: str | None) -> Exception:
+        """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
+        ``txn_id``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
         self.counters.add(commands=1)
         record = self.backend.get(self.keys.metadata)
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
             return replaced_error(self.keys.name, created_again=record is not None)
+        receipts = record.bins.get(rec.RECEIPTS)
+        if txn_id is not None and type(receipts) is dict and txn_id in receipts:
+            return Duplicate(receipts[txn_id])
         used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
         return errors.QueueFullError(
             f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"
@@ -236,16 +269,20 @@ class Appender:
 
     # --- publish ------------------------------------------------------------------------
 
-    def publish(self, first: int, values: Sequence[Any], now_ms: int) -> None:
+    def publish(self, first: int, values: Sequence[Any], now_ms: int, *, repeat: bool = False) -> None:
         """Write ``values`` into the slots reserved from ``first``: one command per buffer record.
 
         ``ReservationClosedError`` if a reader closed the reservation first
-        (nothing of it is then visible).
+        (nothing of it is then visible). ``repeat``: an earlier call of the
+        same txn may have published some of these slots; a record whose
+        slots already hold their entries counts as published.
         """
         if len(values) == 1:  # the common single enqueue: one slot, one command
             slot = self.shape.slot_of(first)
             single = [slot_writes(slot, [[first, values[0], now_ms]], self.shape.slots_per_record)]
-            self._put_slots(self.shape.record_of(first), single, [(slot, first)], published=True)
+            self._put_slots(
+                self.shape.record_of(first), single, [(slot, first)], published=True, repeat=repeat
+            )
             return
         last = first + len(values) - 1
         runs = self.shape.runs(first, last + 1)
@@ -264,7 +301,7 @@ class Appender:
                 slots.extend((start + k, o) for k, o in enumerate(run))
                 writes.append(slot_writes(start, content, self.shape.slots_per_record))
             try:
-                self._put_slots(record, writes, slots, published=True)
+                self._put_slots(record, writes, slots, published=True, repeat=repeat)
             except errors.ReservationClosedError:
                 if spanning and record != last_record:
                     self._abandon(last)  # settle it now: nothing of it may ever be visible
@@ -290,7 +327,13 @@ class Appender:
         self.counters.add(holes_closed=1)
 
     def _put_slots(
-        self, record: int, writes: list[Operation], slots: list[tuple[int, int]], *, published: bool
+        self,
+        record: int,
+        writes: list[Operation],
+        slots: list[tuple[int, int]],
+        *,
+        published: bool,
+        repeat: bool = False,
     ) -> None:
         """One guarded slot write, sent again if it times out; refusals are explained by reading the slots."""
         key = self.keys.buffer(record)
@@ -309,8 +352,8 @@ class Appender:
             except errors.ConditionNotMetError:
                 if not published:
                     raise
-                if timed_out and self._holds_entries(record, slots):
-                    return  # the timed-out attempt was applied
+                if (timed_out or repeat) and self._holds_entries(record, slots):
+                    return  # the timed-out attempt (or the txn's earlier call) was applied
                 raise self._closed(record, slots, timed_out=timed_out) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
@@ -375,4 +418,4 @@ class Appender:
         )
 
 
-__all__ = ["ATTEMPTS", "Appender", "slots_below", "tombstone"]
+__all__ = ["ATTEMPTS", "Appender", "Duplicate", "slots_below", "tombstone"]

@@ -62,11 +62,12 @@ from large_queue._records import (
     LOCK_TTL_MS,
     NO_OWNER,
     PUBLISHED,
+    RECEIPTS,
     TAIL,
     QueueKeys,
 )
 from large_queue._stats import Counters
-from large_queue.backends import Backend, Compute, Evaluate, Increment, Operation, Read, Write
+from large_queue.backends import Backend, Compute, Evaluate, Increment, LogPut, MapGet, Operation, Read, Write
 from large_queue.backends.conditions import (
     Bound,
     Condition,
@@ -85,6 +86,12 @@ from large_queue.backends.conditions import (
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, FencingToken
 
 log = logging.getLogger("large_queue")
+
+#: what an in-doubt error tells the caller to do
+RECOVERY = (
+    "If the call carried your txn_id, queue.outcome(txn_id) tells whether it committed, and calling it"
+    " again with the same txn_id is safe (an enqueue is not repeated, a dequeue returns the same entries)."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +124,8 @@ class LockGrant:
     acquired_at: float  # time.monotonic() when granted: local durations only, never compared across machines
     erased_below: int = 0  # dequeued slots below this offset were already erased
     groups: tuple[str, ...] = ()  # the queue's consumer groups (see large_queue.cluster.groups)
+    #: this txn's receipt as stored when it took the lock (asked for with ``receipt=True``), else None
+    receipt: list[Any] | None = None
 
 
 #: what an acquire does besides naming its owner: a new token, and the state the holder needs
@@ -135,6 +144,10 @@ _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), 
 _FREE_OR_EXPIRED_AT = any_of(
     eq(StrBin(LOCK_OWNER), NO_OWNER), gt(sub(NowMs(), IntBin(LOCK_AT)), IntBin(LOCK_TTL_MS))
 )
+#: ... or it is held by the txn that asks again: a caller retrying its own call after an in-doubt
+#: outcome takes its lock back at once (its earlier attempt is fenced off by the new token)
+_FREE_EXPIRED_OR_MINE = any_of(*_FREE_OR_EXPIRED.parts, eq(StrBin(LOCK_OWNER), Param("txn")))
+_FREE_EXPIRED_OR_MINE_AT = any_of(*_FREE_OR_EXPIRED_AT.parts, eq(StrBin(LOCK_OWNER), Param("txn")))
 _STAMP = Compute(LOCK_AT, NowMs())
 #: the result name under which an acquire reads the owner it replaces
 _PREVIOUS_OWNER = "prev_owner"
@@ -218,20 +231,26 @@ class QueueLock:
         """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
         return replaced_error(self.keys.name, created_again=created_again)
 
-    def try_acquire(self, txn_id: str) -> LockGrant:
-        """One attempt; raises ``_Busy`` when the lock is held and unexpired."""
+    def try_acquire(self, txn_id: str, *, receipt: bool = False) -> LockGrant:
+        """One attempt; raises ``_Busy`` when the lock is held and unexpired.
+
+        ``receipt``: ``txn_id`` is the caller's: also read its receipt (in the
+        same command), and take the lock back if this txn holds it already.
+        """
         self.counters.add(commands=1)
+        operations: list[Operation] = [
+            Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER)),
+            Write(LOCK_OWNER, txn_id),
+            *self._stamp,
+            *_TAKE_AND_READ,
+        ]  # the owner evaluated is the one replaced
+        condition: Condition = self._free_or_expired
+        if receipt:
+            operations.append(MapGet(RECEIPTS, txn_id))
+            mine = _FREE_EXPIRED_OR_MINE_AT if self.stamped else _FREE_EXPIRED_OR_MINE
+            condition = Bound(mine, {"txn": txn_id})
         try:
-            state = self.backend.operate(
-                self.keys.metadata,
-                [
-                    Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER)),
-                    Write(LOCK_OWNER, txn_id),
-                    *self._stamp,
-                    *_TAKE_AND_READ,
-                ],  # the owner evaluated is the one replaced
-                condition=self._free_or_expired,
-            )
+            state = self.backend.operate(self.keys.metadata, operations, condition=condition)
         except errors.ConditionNotMetError:
             self.counters.add(lock_waits=1)
             raise _Busy() from None
@@ -239,6 +258,8 @@ class QueueLock:
             if not exc.in_doubt:
                 raise _Busy() from exc  # not applied: an ordinary failed attempt
             state = self._resolve_acquire(txn_id, exc)
+            receipts = state.get(RECEIPTS)
+            state = {**state, RECEIPTS: receipts.get(txn_id) if receipt and type(receipts) is dict else None}
         except errors.RecordNotFoundError:
             raise errors.QueueNotFoundError(
                 f"queue {self.keys.name!r} does not exist", queue=self.keys.name
@@ -252,6 +273,7 @@ class QueueLock:
             acquired_at=time.monotonic(),
             erased_below=state.get(ERASED_BELOW) or 0,
             groups=tuple(state.get(GROUPS) or ()),
+            receipt=state.get(RECEIPTS) if receipt else None,
         )
         broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
             NO_OWNER,
@@ -296,18 +318,18 @@ class QueueLock:
         except _Busy:
             return self._acquire_after_refusal(txn_id)
 
-    def holding(self, txn_id: str) -> Holding:
+    def holding(self, txn_id: str, *, receipt: bool = False) -> Holding:
         """The lock for one operation's body, which commits or releases the grant itself.
 
         The lock is released if the body fails before its commit
         (:class:`ReleasingOnError`). When the lock is free at once, the
         acquire and the whole body are one group of commands
         (:meth:`Backend.grouped`: one transaction on the embedded store); a
-        busy lock is waited for outside any group.
+        busy lock is waited for outside any group. ``receipt``: see :meth:`try_acquire`.
         """
-        return Holding(self, txn_id)
+        return Holding(self, txn_id, receipt)
 
-    def _acquire_after_refusal(self, txn_id: str) -> LockGrant:
+    def _acquire_after_refusal(self, txn_id: str, *, receipt: bool = False) -> LockGrant:
         """Wait, then try again, backing off, until the lock is ours or the acquire timeout has passed."""
         retrying = Retrying(
             retry=retry_if_exception_type(_Busy),
@@ -319,7 +341,7 @@ class QueueLock:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self.try_acquire(txn_id)
+                    return self.try_acquire(txn_id, receipt=receipt)
         except _Busy:
             pass
         raise errors.LockNotAcquiredError(
@@ -376,7 +398,7 @@ class QueueLock:
         self.counters.add(outcomes_unknown=1)
         return errors.OutcomeUnknownError(
             f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may or may not"
-            " have been applied; it was not repeated blindly",
+            f" have been applied; it was not repeated blindly. {RECOVERY}",
             queue=self.keys.name,
             txn_id=grant.txn_id,
             stage=what,
@@ -398,13 +420,15 @@ class QueueLock:
         erased_below: int | None = None,
         published: int | None = None,
         groups: list[str] | None = None,
+        receipt: LogPut | None = None,
         known: dict[str, Any] | None = None,
     ) -> None:
         """Publish new head/tail and release, in one write, only if still held.
 
         ``erased_below`` records how far dequeued slots have been erased;
         ``published`` how far the holder found every offset settled (format 3);
-        ``groups`` the queue's consumer groups from now on.
+        ``groups`` the queue's consumer groups from now on; ``receipt`` the
+        txn's receipt (:mod:`large_queue._receipts`), written by the same command.
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
         cannot be told (what the operation would have changed).
         """
@@ -422,6 +446,8 @@ class QueueLock:
             operations.append(Write(ERASED_BELOW, erased_below))
         if groups is not None and tuple(groups) != grant.groups:
             operations.append(Write(GROUPS, list(groups)))
+        if receipt is not None:
+            operations.append(receipt)
         self._guarded(grant, operations, "the commit", known)
 
     def release(self, grant: LockGrant) -> None:
@@ -462,9 +488,10 @@ class ReleasingOnError:
 class Holding:
     """The lock for one operation's body: see :meth:`QueueLock.holding` (a class, as ReleasingOnError is)."""
 
-    def __init__(self, lock: QueueLock, txn_id: str) -> None:
+    def __init__(self, lock: QueueLock, txn_id: str, receipt: bool = False) -> None:
         self.lock = lock
         self.txn_id = txn_id
+        self.receipt = receipt
         self._group: contextlib.AbstractContextManager[None] | None = None
         self._releasing: ReleasingOnError | None = None
 
@@ -472,10 +499,10 @@ class Holding:
         group = self.lock.backend.grouped()
         group.__enter__()
         try:
-            grant = self.lock.try_acquire(self.txn_id)
+            grant = self.lock.try_acquire(self.txn_id, receipt=self.receipt)
         except _Busy:
             group.__exit__(None, None, None)  # never wait inside a group
-            grant = self.lock._acquire_after_refusal(self.txn_id)
+            grant = self.lock._acquire_after_refusal(self.txn_id, receipt=self.receipt)
         except BaseException as exc:
             group.__exit__(type(exc), exc, exc.__traceback__)
             raise

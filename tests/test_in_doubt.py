@@ -68,13 +68,23 @@ def test_commit_lost_reply_reports_an_unknown_outcome(faulty: tuple[FaultInjecti
     backend, queue = faulty
     backend.inject(lambda call: call.is_commit, applied=True)
     with pytest.raises(OutcomeUnknownError) as raised:
-        queue.enqueue("maybe", txn_id="txn-7")
+        queue.enqueue("maybe")  # no txn id of the caller's: no receipt to read back
     error = raised.value
-    assert (error.txn_id, error.stage, error.offsets) == ("txn-7", "the commit", range(0, 1))
+    assert (error.stage, error.offsets) == ("the commit", range(0, 1)) and error.txn_id
     assert "not repeated blindly" in str(error)
     assert pickle.loads(pickle.dumps(error)).offsets == range(0, 1)
     assert _contents(queue) == ["maybe"]  # it was applied, exactly once
     assert queue.enqueue("next") == 1
+
+
+def test_commit_lost_reply_with_a_txn_id_is_settled_by_its_receipt(
+    faulty: tuple[FaultInjectingBackend, Queue],
+) -> None:
+    backend, queue = faulty
+    backend.inject(lambda call: call.is_commit, applied=True)
+    assert queue.enqueue("surely", txn_id="txn-7") == 0  # the receipt was read back: applied
+    assert _contents(queue) == ["surely"]
+    assert queue.stats().outcomes_unknown == 0
 
 
 def test_dequeue_with_lost_commit_reply_names_the_entries(

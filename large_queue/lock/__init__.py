@@ -446,9 +446,32 @@ class QueueLock:
             operations.append(Write(ERASED_BELOW, erased_below))
         if groups is not None and tuple(groups) != grant.groups:
             operations.append(Write(GROUPS, list(groups)))
-        if receipt is not None:
-            operations.append(receipt)
-        self._guarded(grant, operations, "the commit", known)
+        if receipt is None:
+            self._guarded(grant, operations, "the commit", known)
+            return
+        operations.append(receipt)
+        try:
+            self._guarded(grant, operations, "the commit", known)
+        except errors.OutcomeUnknownError:
+            if not self._left_receipt(grant.txn_id):
+                raise
+
+    def _left_receipt(self, txn_id: str) -> bool:
+        """After an in-doubt commit that writes a receipt: True if the receipt is there (it was applied).
+
+        The acquire found no receipt for the txn, so one now was written by
+        this commit. None found leaves the outcome unknown: the commit may
+        still arrive (it would be refused once the lock is taken again).
+        """
+        self.counters.add(commands=1)
+        try:
+            found = self.backend.operate(self.keys.metadata, [MapGet(RECEIPTS, txn_id)])
+        except errors.LargeQueueError:
+            return False
+        if found.get(RECEIPTS) is None:
+            return False
+        self.counters.add(outcomes_unknown=-1)  # counted by _unknown, and settled after all
+        return True
 
     def release(self, grant: LockGrant) -> None:
         """Release without changing head or tail.

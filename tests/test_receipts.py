@@ -1,0 +1,183 @@
+"""Outcome receipts: idempotent enqueue, repeated dequeue and outcome lookup by txn id, on both stores."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from large_queue import EntriesGoneError, InvalidArgumentError, OutcomeUnknownError, Queue
+from large_queue import _records as rec
+from large_queue.appends import ATTEMPTS
+from large_queue.backends.faults import FaultInjectingBackend
+from large_queue.errors import BackendTimeoutError
+from tests.fix_backends import Store
+
+APPENDS = ["reserve", "lock"]
+
+
+def _values(queue: Queue) -> list[object]:
+    info = queue.info()
+    return [e.value for e in map(queue.get, range(info.head_offset, info.tail_offset)) if e]
+
+
+def _faulty(store: Store, **options: object) -> tuple[FaultInjectingBackend, Queue]:
+    queue = store.new_queue(capacity=12, slots_per_record=3, **options)
+    backend = FaultInjectingBackend(store.backend)
+    return backend, Queue.open(backend, queue.name)
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_the_same_txn_id_enqueues_once_and_answers_with_the_first_offsets(store: Store, appends: str) -> None:
+    queue = store.new_queue(appends=appends)
+    assert queue.enqueue("a", txn_id="t1") == 0
+    assert queue.enqueue("a", txn_id="t1") == 0
+    assert queue.enqueue_batch(["b", "c", "d", "e"], txn_id=7) == range(1, 5)  # spans two records
+    assert queue.enqueue_batch(["b", "c", "d", "e"], txn_id=7) == range(1, 5)
+    assert queue.enqueue("f") == 5 and queue.enqueue("f") == 6  # no txn id: no receipt, no dedup
+    assert _values(queue) == ["a", "b", "c", "d", "e", "f", "f"]
+    assert queue.stats().repeats_answered == 2
+    with pytest.raises(InvalidArgumentError, match="already names a enqueue of 4 entries"):
+        queue.enqueue_batch(["b", "c"], txn_id=7)
+    outcome = queue.outcome("7")
+    assert outcome.committed and outcome.receipt is not None
+    assert (outcome.receipt.operation, outcome.receipt.offsets) == ("enqueue", range(1, 5))
+    assert abs(outcome.receipt.at_ms - time.time() * 1000) < 120_000  # the store's clock, near ours
+    assert queue.outcome("never").state == "not committed"
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_repeated_dequeue_returns_the_first_calls_entries_and_removes_no_more(
+    store: Store, appends: str
+) -> None:
+    queue = store.new_queue(appends=appends)
+    queue.enqueue_batch(["a", "b", "c", "d"])
+    first = queue.dequeue_batch(2, txn_id="d1")
+    again = queue.dequeue_batch(2, txn_id="d1")
+    assert [e.value for e in first] == [e.value for e in again] == ["a", "b"]
+    assert [e.offset for e in again] == [0, 1]
+    assert queue.dequeue(txn_id="d2").value == "c"  # type: ignore[union-attr]
+    assert queue.dequeue(txn_id="d2").value == "c"  # type: ignore[union-attr]
+    assert _values(queue) == ["d"]
+    assert queue.outcome("d1").receipt.operation == "dequeue"  # type: ignore[union-attr]
+    with pytest.raises(InvalidArgumentError, match="already names a dequeue"):
+        queue.enqueue("x", txn_id="d1")
+    assert queue.dequeue(txn_id="empty") is not None  # "d" left
+    assert queue.dequeue(txn_id="empty2") is None
+    assert queue.outcome("empty2").state == "not committed"  # an empty dequeue leaves no receipt
+
+
+def test_a_repeated_dequeue_whose_entries_were_erased_says_so(store: Store) -> None:
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["a", "b", "c", "d"])
+    queue.dequeue_batch(2, txn_id="d1")
+    queue.dequeue()  # erases the slots below the head it read, in its record
+    with pytest.raises(EntriesGoneError, match="no longer stored") as caught:
+        queue.dequeue_batch(2, txn_id="d1")
+    assert caught.value.offsets == range(0, 2)
+    assert _values(queue) == ["d"]  # nothing more was removed
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+@pytest.mark.parametrize("applied", [True, False])
+def test_an_in_doubt_enqueue_is_answered_by_outcome_and_settled_by_the_retry(
+    store: Store, appends: str, applied: bool
+) -> None:
+    """Every attempt of the last step times out: applied (a lost reply) or not (a lost request)."""
+    backend, queue = _faulty(store, appends=appends)
+    if appends == "lock":  # a commit is sent again on a timeout (refused once applied), then reported unknown
+        backend.inject(lambda call: call.is_commit, applied=applied, times=1 if applied else 3)
+    else:  # a publish likewise
+        backend.inject(lambda call: call.is_buffer, applied=applied, times=ATTEMPTS)
+    if appends == "lock" and applied:  # the receipt is read back: the commit is known to be applied
+        assert queue.enqueue_batch(["a", "b"], txn_id="t9") == range(0, 2)
+        assert queue.stats().outcomes_unknown == 0
+    else:
+        with pytest.raises((OutcomeUnknownError, BackendTimeoutError)) as caught:
+            queue.enqueue_batch(["a", "b"], txn_id="t9")
+        if isinstance(caught.value, OutcomeUnknownError):
+            assert "queue.outcome(txn_id)" in str(caught.value)
+        assert queue.outcome("t9").state == ("committed" if applied else "pending")
+    started = time.monotonic()
+    assert queue.enqueue_batch(["a", "b"], txn_id="t9") == range(0, 2)
+    assert time.monotonic() - started < queue.lock_ttl  # its own lock is taken back at once
+    assert queue.outcome("t9").state == "committed"
+    assert _values(queue) == ["a", "b"]
+    assert queue.info().lock_owner is None
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_an_in_doubt_dequeue_retried_returns_the_same_entries(store: Store, applied: bool) -> None:
+    backend, queue = _faulty(store, appends="lock")
+    queue.enqueue_batch(["a", "b", "c"])
+    backend.inject(lambda call: call.is_commit, applied=applied, times=1 if applied else 3)
+    if applied:
+        assert [e.value for e in queue.dequeue_batch(2, txn_id="d9")] == ["a", "b"]
+    else:
+        with pytest.raises(OutcomeUnknownError):
+            queue.dequeue_batch(2, txn_id="d9")
+    assert [e.value for e in queue.dequeue_batch(2, txn_id="d9")] == ["a", "b"]
+    assert _values(queue) == ["c"]
+
+
+def test_a_closed_reservation_is_reserved_again_by_the_retry(store: Store) -> None:
+    backend, queue = _faulty(store, appends="reserve")
+    backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue_batch(["a", "b"], txn_id="t1")
+    queue.appender.close(0, 2)  # what a reader does after the hole timeout
+    outcome = queue.outcome("t1")
+    assert outcome.state == "not committed" and "closed" in outcome.detail
+    assert queue.enqueue_batch(["a", "b"], txn_id="t1") == range(2, 4)  # new offsets; the old stay closed
+    assert queue.outcome("t1").receipt.offsets == range(2, 4)  # type: ignore[union-attr]
+    assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b"]
+
+
+def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) -> None:
+    backend, queue = _faulty(store, appends="reserve")
+    # the batch 1..4 spans records 0 and 1: the first record is published, the last times out
+    queue.enqueue("x")
+    backend.inject(
+        lambda call: call.is_buffer and call.key.user_key.endswith("-1"), applied=False, times=ATTEMPTS
+    )
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1")
+    assert queue.info().tail_offset == 1  # nothing of the batch is visible
+    assert queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1") == range(1, 5)
+    assert _values(queue) == ["x", "a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_the_receipt_log_stays_bounded_and_says_when_it_cannot_answer(store: Store, appends: str) -> None:
+    queue = store.new_queue(appends=appends, capacity=60, slots_per_record=10, receipts=5)
+    for index in range(20):
+        queue.enqueue(index, txn_id=f"t{index}")
+    log = store.backend.get(queue.keys.metadata).bins[rec.RECEIPTS]  # type: ignore[union-attr]
+    assert sorted(log) == [f"t{index}" for index in range(15, 20)]
+    assert queue.outcome("t19").committed
+    lost = queue.outcome("t3")  # dropped to keep the log at 5: the log cannot say
+    assert lost.state == "unknown" and "covers only" in lost.detail
+    # an old call dropped by count is unknown; a recent one asked "within" what the log covers is answered
+    assert queue.outcome("t3", within=0.0).state == "not committed"
+    assert queue.enqueue(3, txn_id="t3") == 20  # no receipt left: it enqueues again (the log's bound)
+
+
+def test_receipt_settings_are_checked(store: Store) -> None:
+    with pytest.raises(InvalidArgumentError, match="receipts must be"):
+        store.new_queue(receipts=1)
+    with pytest.raises(InvalidArgumentError, match="receipt_ttl must be"):
+        store.new_queue(receipt_ttl=0)
+    with pytest.raises(InvalidArgumentError, match="txn_id must be"):
+        store.new_queue().outcome("")
+
+
+def test_the_reference_api_keeps_txn_id_as_the_lock_holders_name(store: Store) -> None:
+    from large_queue import LargeQueue
+
+    queue = store.new_queue(appends="lock")
+    reference = LargeQueue()
+    reference.initialize_existing_queue(store.backend, "test", queue.name)
+    assert reference.enqueue("a", 1) == 0
+    assert reference.enqueue("b", 1) == 1  # the same txn id, two entries: as the reference does
+    assert reference.dequeue(1)["entry"] == "a"  # type: ignore[index]
+    assert reference.dequeue(1)["entry"] == "b"  # type: ignore[index]

@@ -246,6 +246,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
     count = len(values)
     receipt_put = queue.receipts.reserved(txn_id, count)
     replacing: int | None = None  # the first offset of a closed reservation this txn takes anew
+    first = -1
     for _ in range(16):  # each turn is a state another process moved on from; a few suffice
         try:
             with queue.backend.grouped():
@@ -260,7 +261,9 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                 queue.appender.publish(first, values, time.time_ns() // 1_000_000)
             return range(first, first + count)
         except errors.ReservationClosedError:
-            replacing = None  # the next reservation is refused by the receipt, which is read then
+            # Our own publish was refused: nothing of this reservation was published, and only a
+            # call of this txn publishes it, so it is taken anew (its slots may be reused already).
+            replacing = first
         except Duplicate as duplicate:
             receipt = parse(queue.name, txn_id, duplicate.receipt)
             check_repeat(queue, receipt, ENQUEUE, count)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from large_queue import errors
+from large_queue import _torture_txn, errors
 from large_queue._history import HistoryWriter, Verdict, check, read_calls
 from large_queue._history_groups import check_groups
 from large_queue.backends import connect
@@ -71,6 +71,9 @@ class TortureConfig:
     appends: str = "lock"
     hole_timeout: float = 0.5
     groups: int = 0  #: consumers are nodes of this many consumer groups (0: they dequeue)
+    #: every call carries a txn id and is made again with it until it succeeds; a worker's call
+    #: left open by a kill is settled after the run the same way (see :mod:`large_queue._torture_txn`)
+    txn_ids: bool = False
 
     @property
     def group_names(self) -> list[str]:
@@ -100,6 +103,7 @@ class TortureReport:
     parked_pauses: int = 0  #: producers stopped between reserve and publish, then resumed
     parked_kills: int = 0  #: producers killed between reserve and publish
     holes_closed: int = 0  #: unpublished reservations the consumers closed
+    calls_settled: int = 0  #: calls of killed workers settled after the run by their txn ids
 
     def lines(self) -> list[str]:
         """The report as printable lines."""
@@ -113,6 +117,8 @@ class TortureReport:
             f" {verdict.entries_delivered}, empty dequeues: {verdict.empty_dequeues}",
             f"in doubt (reported apart): {verdict.in_doubt_calls} calls, {verdict.in_doubt_entries} entries",
         ]
+        if self.calls_settled:
+            lines.insert(-1, f"calls of killed workers settled by txn id: {self.calls_settled}")
         lines += [f"{name}: {count}" for name, count in verdict.anomalies.items()]
         lines += [f"  e.g. {name}: {items}" for name, items in verdict.examples.items()]
         lines.append("verdict: OK" if verdict.ok else "verdict: ANOMALIES FOUND")
@@ -148,7 +154,9 @@ def _parking(queue: Queue) -> None:
     signal.signal(signal.SIGUSR1, _park_next)
 
 
-def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed: int) -> None:
+def _producer(
+    url: str, name: str, history: str, tag: str, deadline: float, seed: int, txn_ids: bool = False
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
     _parking(queue)
@@ -158,6 +166,13 @@ def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed
     while time.monotonic() < deadline:
         count = 1 if rng.random() < 0.5 else rng.randint(2, 6)
         values = [f"{tag}:{n}" for n in range(sequence, sequence + count)]
+        if txn_ids:
+            txn = f"{tag}:{sequence}"
+            op = writer.invoke("enqueue", values=values, txn=txn)
+            offsets = _torture_txn.until_done(functools.partial(queue.enqueue_batch, values, txn_id=txn))
+            writer.complete(op, "ok", offsets=[offsets.start, offsets.stop])
+            sequence += count
+            continue
         op = writer.invoke("enqueue", values=values)
         try:
             offsets = queue.enqueue_batch(values)
@@ -172,17 +187,28 @@ def _producer(url: str, name: str, history: str, tag: str, deadline: float, seed
         sequence += count
 
 
-def _consumer(url: str, name: str, history: str, tag: str, deadline: float, seed: int) -> None:
+def _consumer(
+    url: str, name: str, history: str, tag: str, deadline: float, seed: int, txn_ids: bool = False
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
     closed = 0
+    calls = itertools.count()
     while time.monotonic() < deadline:
         if queue.stats().holes_closed != closed:  # said as it happens: a consumer may be killed
             closed = queue.stats().holes_closed
             Path(f"{history}.holes").write_text(str(closed))
         count = 1 if rng.random() < 0.5 else rng.randint(2, 8)
+        if txn_ids:
+            txn = f"{tag}:d{next(calls)}"
+            op = writer.invoke("dequeue", max_entries=count, txn=txn)
+            entries = _torture_txn.until_done(functools.partial(queue.dequeue_batch, count, txn_id=txn))
+            writer.complete(op, "ok", entries=[[e.offset, e.value] for e in entries])
+            if not entries:
+                time.sleep(0.002)
+            continue
         op = writer.invoke("dequeue", max_entries=count)
         try:
             entries = queue.dequeue_batch(count)
@@ -274,16 +300,26 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         if role == "c" and config.groups:
             target = _group_consumer
             args += (config.group_names[index % config.groups], config.group_timing)
+        elif config.txn_ids:
+            args += (True,)
         process = context.Process(target=target, args=args, daemon=True)
         process.start()
         workers[tag] = (role, index, process)
+
+    settled = 0
+
+    def killed(tag: str) -> None:
+        """A worker was killed: settle its open call by txn id at once, as a restarted application would."""
+        nonlocal settled
+        if config.txn_ids:
+            settled += _torture_txn.settle_open_calls(config.url, name, [histories / f"{tag}.jsonl"])
 
     for index in range(config.producers):
         start("p", index)
     for index in range(config.consumers):
         start("c", index)
     try:
-        faults = _inject_faults(config, rng, workers, start, deadline, log)
+        faults = _inject_faults(config, rng, workers, start, killed, deadline, log)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
         for _, _, process in workers.values():
             if process.is_alive():
@@ -296,12 +332,15 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         if process.is_alive():
             os.kill(process.pid, signal.SIGKILL)
             process.join()
-    if config.groups:
-        for group in config.group_names:
-            _drain_group(config, name, group, histories / f"drain-{group}.jsonl")
-    else:
-        wait = 3 * config.hole_timeout if config.appends == "reserve" else None
-        _drain(config.url, name, histories / "drain.jsonl", wait=wait)
+    for round_ in ("", "-settled") if config.txn_ids else ("",):
+        if round_:  # workers killed at the end: their open calls are settled once the queue has room
+            settled += _torture_txn.settle_open_calls(config.url, name, sorted(histories.glob("[pc]*.jsonl")))
+        if config.groups:
+            for group in config.group_names:
+                _drain_group(config, name, group, histories / f"drain-{group}{round_}.jsonl")
+        else:
+            wait = 3 * config.hole_timeout if config.appends == "reserve" else None
+            _drain(config.url, name, histories / f"drain{round_}.jsonl", wait=wait)
     Queue.delete(store, name)
     calls = read_calls(sorted(histories.glob("*.jsonl")))
     operations = sum(1 for call in calls if call.outcome == "ok")
@@ -313,6 +352,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         parked_pauses=faults["park-pause"],
         parked_kills=faults["park-kill"],
         holes_closed=holes,
+        calls_settled=settled,
         # a reservation killed or paused before its publish hides entries until consumers close it
         verdict=check_groups(calls, config.group_names)
         if config.groups
@@ -333,6 +373,7 @@ def _inject_faults(
     rng: random.Random,
     workers: dict[str, Any],
     start: Any,
+    killed: Any,
     deadline: float,
     log: Any,
 ) -> dict[str, int]:
@@ -378,6 +419,7 @@ def _inject_faults(
         elif fault.endswith("kill"):
             os.kill(process.pid, signal.SIGKILL)
             process.join()
+            killed(tag)
             start(role, index)
         counts[fault] += 1
     return counts

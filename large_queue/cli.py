@@ -144,6 +144,7 @@ def _torture(args: argparse.Namespace) -> int:
             appends=args.appends,
             hole_timeout=args.hole_timeout,
             groups=args.groups,
+            txn_ids=args.txn_ids,
         )
         try:
             report = _torture.run(config, directory=args.histories)
@@ -272,6 +273,12 @@ def _parser() -> argparse.ArgumentParser:
         "--fault-interval", type=_positive_float, default=1.0, help="mean seconds between faults"
     )
     torture.add_argument("--no-pauses", action="store_true", help="do not SIGSTOP workers")
+    torture.add_argument(
+        "--txn-ids",
+        action="store_true",
+        help="every call carries a txn id and is made again with it until it succeeds; calls of killed"
+        " workers are made again after the run (nothing is left in doubt)",
+    )
     torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
     torture.add_argument(
         "--appends",

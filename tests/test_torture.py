@@ -40,6 +40,23 @@ def test_torture_finds_no_anomaly(place: Place, tmp_path: Path, appends: str) ->
 
 
 @pytest.mark.torture
+@pytest.mark.torture
+@pytest.mark.parametrize("appends", ["reserve", "lock"])
+def test_torture_with_txn_ids_leaves_nothing_in_doubt(place: Place, tmp_path: Path, appends: str) -> None:
+    """Every call is made again with its txn id until it succeeds, and a killed worker's open call after."""
+    lines: list[str] = []
+    config = TortureConfig(
+        url=place.url, duration=SECONDS, fault_interval=0.5, seed=5, appends=appends, txn_ids=True
+    )
+    report = run(config, directory=str(tmp_path / "histories"), log=lines.append)
+    print("\n".join(lines))
+    assert report.pauses >= 1 and report.kills >= 1, "faults were not injected"
+    assert report.calls_settled >= 1, "no killed worker's call was settled"
+    assert report.verdict.enqueues_acknowledged > 1000
+    assert (report.verdict.in_doubt_calls, report.verdict.in_doubt_entries) == (0, 0), "\n".join(lines)
+    assert report.verdict.ok, "\n".join(lines)
+
+
 def test_torture_of_consumer_groups_finds_no_anomaly(place: Place, tmp_path: Path) -> None:
     lines: list[str] = []
     config = TortureConfig(

@@ -20,12 +20,12 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tqdm import tqdm
 
-from large_queue import _bench_idle, _bench_persist, _bench_producers, _floor
+from large_queue import _bench_idle, _bench_persist, _bench_producers, _bench_receipts, _floor
 from large_queue._bench_producers import Sample
 from large_queue._stats import QueueStats
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
@@ -313,6 +313,7 @@ class Report:
     persist: list[_bench_persist.Pair]  # beside persist-queue (embedded store only)
     persist_note: str | None  # why that comparison is missing, or which persist-queue it was
     idle: list[_bench_idle.IdleRate]  # what waiting on an empty queue costs
+    receipts: list[_bench_receipts.ReceiptCost] = field(default_factory=list)  # what receipts cost
 
     @property
     def exactly_once(self) -> bool:
@@ -338,6 +339,7 @@ class Report:
             )
         lines += [scaling.line() for scaling in self.scaling]
         lines += [rate.line() for rate in self.idle]
+        lines += [cost.line() for cost in self.receipts]
         if self.persist_note:
             lines.append(self.persist_note)
         lines += [pair.line() for pair in self.persist]
@@ -506,4 +508,5 @@ def measure(
         persist=persist,
         persist_note=persist_note,
         idle=_bench_idle.idle_rates(url),
+        receipts=_bench_receipts.receipt_costs(backend, min(operations, 2000), MODES),
     )

@@ -199,7 +199,7 @@ def read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
     """The queue's metadata record, validated; ``QueueNotFoundError`` if there is none."""
     keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
     try:
-        record = backend.get(keys.metadata)
+        record = backend.get(keys.metadata, rec.STATE_BINS)  # not the receipt log: it may be 100s of KB
     except errors.CorruptRecordError as exc:
         raise errors.CorruptQueueError(
             f"the metadata record of queue {name!r} cannot be read ({exc})", queue=name

@@ -74,8 +74,34 @@ RECEIPTS = "receipts"  # txn id -> [store ms, first offset, count, "e" | "d"]: s
 RECEIPT_KEEP = "rcpt_keep"  # how many receipts the log keeps at most (absent: the default)
 RECEIPT_AGE_MS = "rcpt_age_ms"  # how long the log keeps a receipt, in ms (absent: the default)
 #: receipts kept at most, and for how long (seconds), unless a queue was created with others
-DEFAULT_RECEIPT_KEEP = 1000
+DEFAULT_RECEIPT_KEEP = 100
 DEFAULT_RECEIPT_AGE = 3600.0
+
+#: every metadata bin but the receipt log: what reading the queue's state needs
+STATE_BINS = (
+    FORMAT,
+    READY,
+    CREATED,
+    HEAD,
+    TAIL,
+    LOCK_OWNER,
+    LOCK_TTL_MS,
+    FENCE_EPOCH,
+    FENCE_COUNTER,
+    RECORD_COUNT,
+    SLOTS_PER_RECORD,
+    BUFFER_NAMESPACE,
+    MAX_ENTRY_BYTES,
+    INCARNATION,
+    ERASED_BELOW,
+    ENCODING,
+    LOCK_AT,
+    HOLE_MS,
+    PUBLISHED,
+    GROUPS,
+    RECEIPT_KEEP,
+    RECEIPT_AGE_MS,
+)
 
 # buffer bins (the fence bins share their names with the metadata counter's)
 SLOTS = "slots"

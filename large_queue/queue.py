@@ -210,8 +210,8 @@ class Queue:
         this library). ``hole_timeout`` (seconds, ``"reserve"`` only) is how
         long a reader waits on a reserved offset that is not published (its
         producer paused or died) before closing it.
-        ``receipts`` (default 1,000, or as many as fit a smaller metadata
-        record) and ``receipt_ttl`` (seconds) bound the receipt log: the
+        ``receipts`` (default 100, fewer where the metadata record is
+        smaller) and ``receipt_ttl`` (seconds) bound the receipt log: the
         calls given a ``txn_id`` whose outcome the queue remembers (see
         :meth:`outcome`); a receipt takes about 40 bytes plus its txn id in
         the metadata record.

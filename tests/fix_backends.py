@@ -79,7 +79,8 @@ class Store:
             nested: object = 0
             for _ in range(70):
                 nested = [nested]
-            self.backend.client.put((key.namespace, key.set_name, key.user_key), {"slots": nested})  # type: ignore[attr-defined]
+            damaged = {"slots": nested, "head": nested}  # a buffer's slots, a metadata record's head
+            self.backend.client.put((key.namespace, key.set_name, key.user_key), damaged)  # type: ignore[attr-defined]
 
     def new_queue(self, **options: object) -> Queue:
         """A new queue with a unique name, deleted after the test."""

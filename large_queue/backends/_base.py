@@ -207,8 +207,8 @@ class Backend(ABC):
             self._commands += 1
 
     @abstractmethod
-    def get(self, key: RecordKey) -> Record | None:
-        """Read a whole record, or None if it does not exist."""
+    def get(self, key: RecordKey, bins: Sequence[str] | None = None) -> Record | None:
+        """Read a record (only ``bins`` where given: the others are absent), or None if it does not exist."""
 
     @abstractmethod
     def put(

@@ -28,9 +28,9 @@ class Delegating(Backend):
         self._count()
         return getattr(self.inner, method)(*args, **kwargs)
 
-    def get(self, key: RecordKey) -> Record | None:
+    def get(self, key: RecordKey, bins: Sequence[str] | None = None) -> Record | None:
         """Read through the inner store."""
-        record: Record | None = self.relay("get", key)
+        record: Record | None = self.relay("get", key, bins)
         return record
 
     def put(

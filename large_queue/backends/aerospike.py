@@ -534,15 +534,18 @@ class AerospikeBackend(Backend):
     def _key(key: RecordKey) -> tuple[str, str, str]:
         return (key.namespace, key.set_name, key.user_key)
 
-    def get(self, key: RecordKey) -> Record | None:
-        """Read a whole record, or None if it does not exist."""
+    def get(self, key: RecordKey, bins: Sequence[str] | None = None) -> Record | None:
+        """Read a record (only ``bins`` where given: no others are sent), or None if it does not exist."""
         self._count()
         try:
             with mapped_errors:
-                _, meta, bins = self.client.get(self._key(key), policy=self._read_policy)
+                if bins is None:
+                    _, meta, found = self.client.get(self._key(key), policy=self._read_policy)
+                else:
+                    _, meta, found = self.client.select(self._key(key), list(bins), policy=self._read_policy)
         except errors.RecordNotFoundError:
             return None
-        return Record(dict(bins or {}), int(meta["gen"]))
+        return Record(dict(found or {}), int(meta["gen"]))
 
     def put(
         self,

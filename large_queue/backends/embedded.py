@@ -19,6 +19,8 @@ them back: keys in order, integers before strings before bytes, each sorted.
 
 from __future__ import annotations
 
+import heapq
+import operator
 import os
 import sqlite3
 import threading
@@ -326,13 +328,17 @@ class EmbeddedBackend(Backend):
         self._check_key(RecordKey(namespace, "", ""))
         return self.record_size_limit
 
-    def get(self, key: RecordKey) -> Record | None:
-        """Read a whole record, or None if it does not exist."""
+    def get(self, key: RecordKey, bins: Sequence[str] | None = None) -> Record | None:
+        """Read a record (only ``bins`` where given), or None if it does not exist."""
         self._count()
         self._check_key(key)
         with self._transaction(write=False) as conn:
             loaded = self._load(conn, key)
-        return None if loaded is None else Record(loaded[0], loaded[1])
+        if loaded is None:
+            return None
+        if bins is None:
+            return Record(loaded[0], loaded[1])
+        return Record({name: loaded[0][name] for name in bins if name in loaded[0]}, loaded[1])
 
     def put(
         self,
@@ -615,9 +621,10 @@ def _log_put(key: RecordKey, bins: dict[str, Any], op: LogPut, clock: Clock) -> 
         raise _fail(errors.BinTypeError, f"an item of the log in bin {op.bin!r} of {key.user_key} is unknown")
     cutoff = [clock.now_ms - op.max_age_ms]
     kept = {k: v for k, v in log.items() if not v < cutoff}
-    if len(kept) > op.keep - 1:
-        ranked = sorted(kept.items(), key=lambda kv: kv[1])
-        kept = dict(ranked[len(ranked) - (op.keep - 1) :] if op.keep > 1 else [])
+    excess = len(kept) - (op.keep - 1)
+    if excess > 0:  # the lowest-ranked go (usually one: the log was full)
+        for old_key, _ in heapq.nsmallest(excess, kept.items(), key=operator.itemgetter(1)):
+            del kept[old_key]
     kept[entry_key] = item
     return kept
 

@@ -736,6 +736,21 @@ class Queue:
             return None
         return Entry(offset=offset, value=found_slot[0], enqueued_at_ms=found_slot[1])
 
+    def offset_at(self, moment: Any) -> int:
+        """The first offset enqueued at or after ``moment``, for replay and offset reads.
+
+        ``moment``: a timezone-aware ``datetime``, or milliseconds since the
+        epoch (an int, as ``Entry.enqueued_at_ms``). Searches ``[head, end of
+        the published prefix)`` by bisection over buffer records: about
+        ``log2(records)`` round trips. Returns the end of the prefix when every
+        entry is older, and the head when none is. Times are the producers'
+        clocks at enqueue: where producers' clocks disagree, the answer is an
+        offset where the times cross the moment.
+        """
+        from large_queue import _seek
+
+        return _seek.offset_at(self, _seek.as_ms(moment))
+
     def info(self) -> QueueInfo:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
 

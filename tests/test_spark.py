@@ -67,6 +67,22 @@ def test_start_end_offsets_and_user_schema(spark: Any, url: str) -> None:
     assert latest.count() == 0
 
 
+def test_starting_timestamp_seeks_by_enqueue_time_in_batch_and_stream(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    queue = Queue.create(connect(url), "events", capacity=60, slots_per_record=4)
+    queue.enqueue_batch(range(10))
+    time.sleep(0.01)
+    queue.enqueue_batch(range(10, 25))
+    moment = queue.get(10).enqueued_at_ms  # type: ignore[union-attr]
+    rows = reader(spark, url, "events", startingTimestamp=moment).load().orderBy("offset").collect()
+    assert [r.offset for r in rows] == list(range(10, 25))
+    assert reader(spark, url, "events", startingTimestamp=2**62).load().count() == 0
+    batches: list[list[int]] = []
+    _stream(spark, url, "events", tmp_path / "checkpoint", batches, startingTimestamp=moment)
+    assert [o for b in batches for o in b] == list(range(10, 25))
+
+
 def test_binary_value_format(spark: Any, url: str) -> None:
     import msgspec
 
@@ -177,6 +193,8 @@ def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fai
         ({"queue": "events", "endingOffsets": 99}, "beyond the tail"),
         ({"queue": "events", "startingOffsets": 3, "endingOffsets": 2}, "is after endingOffsets"),
         ({"queue": "events", "valueFormat": "xml"}, "valueFormat='xml' must be one of json, binary"),
+        ({"queue": "events", "startingTimestamp": "noon"}, "startingTimestamp='noon'"),
+        ({"queue": "events", "startingTimestamp": 5, "startingOffsets": 0}, "both say where to start"),
         ({"queue": "events", "minPartitions": 0}, "minPartitions=0 must be at least 1"),
         ({"queue": "events", "entryEncoding": "yaml"}, "entryEncoding='yaml' must be one of native, json"),
         ({}, "option 'queue' is required"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from large_queue import errors
 from large_queue._entries import ENCODINGS, NATIVE, check_encoding
@@ -22,6 +23,7 @@ OPTIONS = (
     "namespace",
     "queue",
     "startingOffsets",
+    "startingTimestamp",
     "endingOffsets",
     "minPartitions",
     "recordsPerPartition",
@@ -110,6 +112,8 @@ class SourceOptions:
     entry_encoding: str
     appends: str | None  # for createIfMissing: how the new queue's producers append (None: the default)
     group: str | None = None  # streaming: read as this consumer group, committing its cursor
+    #: start at the first entry enqueued at or after this moment (ms since the epoch), not at ``starting``
+    starting_timestamp: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -131,6 +135,10 @@ class SourceOptions:
                 f"option valueFormat={lowered['valueformat']!r} must be one of {', '.join(VALUE_FORMATS)}"
                 " (and, for writes, text)"
             )
+        if "startingtimestamp" in lowered and "startingoffsets" in lowered:
+            raise errors.InvalidArgumentError(
+                "options startingOffsets and startingTimestamp both say where to start: give one"
+            )
         return cls(
             url=lowered.get("url"),
             namespace=lowered.get("namespace"),
@@ -150,6 +158,7 @@ class SourceOptions:
             entry_encoding=_entry_encoding(lowered),
             appends=_appends(lowered),
             group=_group(lowered),
+            starting_timestamp=_integer(lowered, "startingTimestamp", None, minimum=0),
         )
 
 
@@ -179,6 +188,13 @@ def _entry_encoding(lowered: Mapping[str, str]) -> str:
         raise errors.InvalidArgumentError(
             f"option entryEncoding={given!r} must be one of {', '.join(ENCODINGS)}"
         ) from None
+
+
+def starting_offset(options: SourceOptions, queue: Any, head: int, tail: int) -> int:
+    """Where a read starts: ``startingTimestamp`` sought in the queue, or ``startingOffsets`` resolved."""
+    if options.starting_timestamp is not None:
+        return int(min(tail, queue.offset_at(options.starting_timestamp)))
+    return resolve(options.starting, head, tail)
 
 
 def resolve(bound: str | int, head: int, tail: int) -> int:

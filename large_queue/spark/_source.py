@@ -49,7 +49,15 @@ from large_queue.backends import Backend, connect
 from large_queue.cluster import _groups
 from large_queue.queue import DEFAULT_APPENDS, Queue
 from large_queue.spark._arrow import read_segment
-from large_queue.spark._options import SourceOptions, check_range, data_loss, for_reading, resolve, segments
+from large_queue.spark._options import (
+    SourceOptions,
+    check_range,
+    data_loss,
+    for_reading,
+    resolve,
+    segments,
+    starting_offset,
+)
 
 log = logging.getLogger("large_queue.spark")
 
@@ -108,7 +116,7 @@ class _BatchReader(DataSourceReader):
             )
         queue = _open(options)  # planning time: a missing queue or bad offsets fail here
         info = queue.info()
-        start = resolve(options.starting, info.head_offset, info.tail_offset)
+        start = starting_offset(options, queue, info.head_offset, info.tail_offset)
         end = resolve(options.ending, info.head_offset, info.tail_offset)
         start = check_range(
             options.queue, start, end, info.head_offset, info.tail_offset, options.fail_on_data_loss
@@ -155,7 +163,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.group is not None:  # where the group has acked up to (the checkpoint wins later)
             start = _groups.acked(queue, self.options.group)
         else:
-            start = resolve(self.options.starting, head, tail)
+            start = starting_offset(self.options, queue, head, tail)
         if start < head:
             if self.options.fail_on_data_loss:
                 raise data_loss(self.options.queue, start, head)

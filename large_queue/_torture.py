@@ -169,7 +169,12 @@ def _producer(
         if txn_ids:
             txn = f"{tag}:{sequence}"
             op = writer.invoke("enqueue", values=values, txn=txn)
-            offsets = _torture_txn.until_done(functools.partial(queue.enqueue_batch, values, txn_id=txn))
+            try:
+                offsets = _torture_txn.until_done(
+                    functools.partial(queue.enqueue_batch, values, txn_id=txn), deadline
+                )
+            except _torture_txn.GaveUp:
+                break  # left open: settled after the run
             writer.complete(op, "ok", offsets=[offsets.start, offsets.stop])
             sequence += count
             continue
@@ -204,7 +209,12 @@ def _consumer(
         if txn_ids:
             txn = f"{tag}:d{next(calls)}"
             op = writer.invoke("dequeue", max_entries=count, txn=txn)
-            entries = _torture_txn.until_done(functools.partial(queue.dequeue_batch, count, txn_id=txn))
+            try:
+                entries = _torture_txn.until_done(
+                    functools.partial(queue.dequeue_batch, count, txn_id=txn), deadline
+                )
+            except _torture_txn.GaveUp:
+                break  # left open: settled after the run
             writer.complete(op, "ok", entries=[[e.offset, e.value] for e in entries])
             if not entries:
                 time.sleep(0.002)
@@ -282,6 +292,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         lock_ttl=config.lock_ttl,
         appends=config.appends,
         hole_timeout=config.hole_timeout,
+        receipts=_torture_txn.RECEIPTS if config.txn_ids else None,
     )
     for group in config.group_names:  # before any entry: every group sees them all
         queue.create_group(group)

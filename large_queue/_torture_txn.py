@@ -5,9 +5,11 @@ fails, or times out in doubt, is made again with the same id until it
 succeeds, which is what the receipts promise is safe: an enqueue lands once,
 a dequeue returns what it took. A worker killed in the middle of a call
 leaves it open in its history; after the run the coordinator does what an
-application restarting would do: makes each open call again with its txn id
-(an enqueue with its values, a dequeue with its size) and records the answer
-as that call's completion. So no call is left in doubt.
+application restarting would do: asks ``queue.outcome`` whether the receipt
+log still covers the call, then makes it again with its txn id (an enqueue
+with its values, a dequeue with its size) and records the answer as that
+call's completion. So no call is left in doubt while the log covers it; the
+run's queue keeps the largest log (:data:`RECEIPTS`).
 """
 
 from __future__ import annotations
@@ -34,20 +36,33 @@ _FINAL = (
     errors.QueueNotFoundError,
     errors.CorruptQueueError,
 )
+#: receipts the run's queue keeps: thousands of calls a second must not push a killed worker's out
+RECEIPTS = 4000
 #: how long a call is made again before the run gives up on it
 PATIENCE = 60.0
 
 
-def until_done(call: Callable[[], T]) -> T:
-    """``call()`` made again after every failure but a final one, for up to :data:`PATIENCE` seconds."""
-    give_up = time.monotonic() + PATIENCE
+class GaveUp(Exception):
+    """A worker's run ended while its call still failed: the call is left open, for the settling."""
+
+
+def until_done(call: Callable[[], T], give_up_at: float | None = None) -> T:
+    """``call()`` made again after every failure but a final one.
+
+    ``give_up_at`` (monotonic): then :class:`GaveUp` (a worker's deadline:
+    consumers stop, and a producer would wait on a full queue for ever);
+    without it, the last failure is raised after :data:`PATIENCE` seconds.
+    """
+    patience = time.monotonic() + PATIENCE
     while True:
         try:
             return call()
         except _FINAL:
             raise
         except errors.LargeQueueError:
-            if time.monotonic() > give_up:
+            if give_up_at is not None and time.monotonic() > give_up_at:
+                raise GaveUp() from None
+            if time.monotonic() > patience:
                 raise
             time.sleep(0.002)
 
@@ -63,6 +78,13 @@ def settle_open_calls(url: str, name: str, paths: list[Path]) -> int:
         for call in read_calls([path]):
             txn = call.request.get("txn")
             if call.outcome is not None or txn is None:
+                continue
+            # Making it again is safe only while the log still covers the call: a receipt dropped by
+            # the log's count bound would make a committed call look new.
+            outcome = queue.outcome(txn, within=time.monotonic() - call.invoked + 1.0)
+            if outcome.state == "unknown":
+                _complete(path, call.request["id"], call.client, "unknown", error=outcome.detail)
+                settled += 1
                 continue
             if call.op == "enqueue":
                 values = call.request["values"]

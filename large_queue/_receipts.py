@@ -46,6 +46,7 @@ and the lock not held by the txn means it was not (within the log's bounds).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -72,9 +73,13 @@ from large_queue.backends.conditions import (
 if TYPE_CHECKING:
     from large_queue.queue import Entry, Queue
 
+log = logging.getLogger("large_queue")
+
 ENQUEUE = "e"
 DEQUEUE = "d"
-_NAMES = {ENQUEUE: "enqueue", DEQUEUE: "dequeue"}
+#: a lock-free enqueue whose reservation its own call found closed: certainly not committed
+CLOSED_ENQUEUE = "x"
+_NAMES = {ENQUEUE: "enqueue", DEQUEUE: "dequeue", CLOSED_ENQUEUE: "enqueue"}
 
 COMMITTED = "committed"
 PENDING_STATE = "pending"
@@ -98,6 +103,7 @@ class Receipt:
     operation: str  #: "enqueue" or "dequeue"
     offsets: range  #: the offsets it appended, or the head range it dequeued
     at_ms: int  #: when, on the store's clock (ms since the epoch)
+    closed: bool = False  #: a lock-free enqueue that found its reservation closed: nothing of it is visible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +143,11 @@ def parse(queue: str, txn_id: str, value: Any) -> Receipt:
         )
     at_ms, first, count, operation = value
     return Receipt(
-        txn_id=txn_id, operation=_NAMES[operation], offsets=range(first, first + count), at_ms=at_ms
+        txn_id=txn_id,
+        operation=_NAMES[operation],
+        offsets=range(first, first + count),
+        at_ms=at_ms,
+        closed=operation == CLOSED_ENQUEUE,
     )
 
 
@@ -264,10 +274,11 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
             # Our own publish was refused: nothing of this reservation was published, and only a
             # call of this txn publishes it, so it is taken anew (its slots may be reused already).
             replacing = first
+            _mark_closed(queue, txn_id, range(first, first + count))
         except Duplicate as duplicate:
             receipt = parse(queue.name, txn_id, duplicate.receipt)
             check_repeat(queue, receipt, ENQUEUE, count)
-            state = _reservation_state(queue, receipt)
+            state = CLOSED if receipt.closed else _reservation_state(queue, receipt)
             if state == ENTRY:
                 queue.counters.add(repeats_answered=1)
                 return receipt.offsets
@@ -278,6 +289,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     )
                 except errors.ReservationClosedError:
                     replacing = receipt.offsets.start
+                    _mark_closed(queue, txn_id, receipt.offsets)
                     continue
                 queue.counters.add(repeats_answered=1)
                 return receipt.offsets
@@ -291,6 +303,23 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
         queue=queue.name,
         txn_id=txn_id,
     )
+
+
+def _mark_closed(queue: Queue, txn_id: str, offsets: range) -> None:
+    """Say in the receipt that this txn's reservation ``offsets`` was found closed (one command).
+
+    Known now, by the call itself; later, once the slots are reused, nobody
+    could tell a closed reservation from a published and consumed one. If the
+    write fails the receipt keeps saying "reserved", which stays true.
+    """
+    put = queue.receipts.committed(txn_id, CLOSED_ENQUEUE, offsets)
+    queue.counters.add(commands=1)
+    try:
+        queue.backend.operate(
+            queue.keys.metadata, [put], condition=Receipts.still_names(txn_id, offsets.start)
+        )
+    except errors.LargeQueueError:
+        log.debug("could not mark txn %r's closed reservation in its receipt", txn_id, exc_info=True)
 
 
 def _reservation_state(queue: Queue, receipt: Receipt) -> str:
@@ -361,6 +390,9 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
 
 
 def _with_receipt(queue: Queue, receipt: Receipt) -> Outcome:
+    if receipt.closed:
+        detail = "its reservation was closed before it was published: nothing of it is in the queue"
+        return Outcome(txn_id=receipt.txn_id, state=NOT_COMMITTED, receipt=receipt, detail=detail)
     if not queue.reserved or receipt.operation == "dequeue":
         return Outcome(
             txn_id=receipt.txn_id, state=COMMITTED, receipt=receipt, detail="its commit left this receipt"

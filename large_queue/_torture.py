@@ -318,12 +318,13 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         workers[tag] = (role, index, process)
 
     settled = 0
+    settling = _torture_txn.settling_queue(config.url, name) if config.txn_ids else None
 
     def killed(tag: str) -> None:
         """A worker was killed: settle its open call by txn id at once, as a restarted application would."""
         nonlocal settled
-        if config.txn_ids:
-            settled += _torture_txn.settle_open_calls(config.url, name, [histories / f"{tag}.jsonl"])
+        if settling is not None:
+            settled += _torture_txn.settle_open_calls(settling, [histories / f"{tag}.jsonl"])
 
     for index in range(config.producers):
         start("p", index)
@@ -345,7 +346,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
             process.join()
     for round_ in ("", "-settled") if config.txn_ids else ("",):
         if round_:  # workers killed at the end: their open calls are settled once the queue has room
-            settled += _torture_txn.settle_open_calls(config.url, name, sorted(histories.glob("[pc]*.jsonl")))
+            assert settling is not None
+            settled += _torture_txn.settle_open_calls(settling, sorted(histories.glob("[pc]*.jsonl")))
         if config.groups:
             for group in config.group_names:
                 _drain_group(config, name, group, histories / f"drain-{group}{round_}.jsonl")

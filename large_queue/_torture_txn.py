@@ -67,12 +67,16 @@ def until_done(call: Callable[[], T], give_up_at: float | None = None) -> T:
             time.sleep(0.002)
 
 
-def settle_open_calls(url: str, name: str, paths: list[Path]) -> int:
+def settling_queue(url: str, name: str) -> Queue:
+    """The coordinator's handle for settling calls, opened once (a kill is settled within milliseconds)."""
+    return Queue.open(url, name, lock_policy=LockPolicy(acquire_timeout=30.0))
+
+
+def settle_open_calls(queue: Queue, paths: list[Path]) -> int:
     """Make every call left open in ``paths`` (killed workers' histories) again with its txn id.
 
     Records each answer as the call's completion; returns how many calls were settled.
     """
-    queue = Queue.open(url, name, lock_policy=LockPolicy(acquire_timeout=30.0))
     settled = 0
     for path in paths:
         for call in read_calls([path]):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from large_queue import EntriesGoneError, InvalidArgumentError, OutcomeUnknownError, Queue
+from large_queue import EntriesGoneError, InvalidArgumentError, OutcomeUnknownError, Queue, QueueFullError
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
 from large_queue.backends.faults import FaultInjectingBackend
@@ -181,3 +181,26 @@ def test_the_reference_api_keeps_txn_id_as_the_lock_holders_name(store: Store) -
     assert reference.enqueue("b", 1) == 1  # the same txn id, two entries: as the reference does
     assert reference.dequeue(1)["entry"] == "a"  # type: ignore[index]
     assert reference.dequeue(1)["entry"] == "b"  # type: ignore[index]
+
+
+def test_a_call_that_finds_its_reservation_closed_says_so_in_its_receipt(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=6, slots_per_record=3)
+    publish = queue.appender.publish
+
+    def closed_first(first: int, values: list[object], now_ms: int, **options: object) -> None:
+        queue.appender.publish = publish  # type: ignore[method-assign]
+        queue.appender.close(first, first + len(values))  # a reader was quicker: the hole timeout passed
+        queue.enqueue_batch(["x"] * 5)  # and the queue filled up meanwhile
+        publish(first, values, now_ms, **options)  # type: ignore[arg-type]
+
+    queue.appender.publish = closed_first  # type: ignore[method-assign]
+    with pytest.raises(QueueFullError):  # it could not reserve again: nothing of it is in the queue
+        queue.enqueue("a", txn_id="t1")
+    outcome = queue.outcome("t1")
+    assert outcome.state == "not committed" and outcome.receipt is not None and outcome.receipt.closed
+    queue.dequeue_batch(6)
+    queue.enqueue_batch(["y"] * 6)  # a later lap reuses its slot: the receipt still tells
+    assert queue.outcome("t1").state == "not committed"
+    queue.dequeue_batch(6)
+    assert queue.enqueue("a", txn_id="t1") == 12  # the retry reserves anew
+    assert queue.outcome("t1").committed

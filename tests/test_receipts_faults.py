@@ -127,5 +127,5 @@ def test_every_entry_exactly_once_through_in_doubt_faults(store: Store, appends:
     print(f"{store.kind} {appends}: {dict(MET)}")
     # the faults did fire, and both recoveries were needed: an error answered by the retry,
     # and timeouts the call itself absorbed (repeated idempotent commands, receipts read back)
-    assert MET["answered by the retry"] >= _examples(store) // 10
-    assert MET["timeouts absorbed within a call"] >= _examples(store) // 10
+    assert MET["answered by the retry"] >= _examples(store) // 20
+    assert MET["timeouts absorbed within a call"] >= _examples(store) // 20

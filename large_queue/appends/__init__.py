@@ -242,7 +242,7 @@ class Appender:
                 self.counters.add(timeouts_repeated=1)
                 continue
             except errors.ConditionNotMetError:
-                raise self._refusal(count, None if receipt is None else receipt[2]) from None
+                raise self._refusal(count, receipt) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.add(reservations=1)
@@ -250,16 +250,19 @@ class Appender:
             return tail - count
         raise AssertionError("ATTEMPTS must be positive")
 
-    def _refusal(self, count: int, txn_id: str | None) -> Exception:
+    def _refusal(self, count: int, receipt: tuple[LogPut, Condition, str] | None) -> Exception:
         """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
-        ``txn_id``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
+        ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
         self.counters.add(commands=1)
         record = self.backend.get(self.keys.metadata)
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
             return replaced_error(self.keys.name, created_again=record is not None)
         receipts = record.bins.get(rec.RECEIPTS)
-        if txn_id is not None and type(receipts) is dict and txn_id in receipts:
-            return Duplicate(receipts[txn_id])
+        if receipt is not None and type(receipts) is dict and receipt[2] in receipts:
+            stored = receipts[receipt[2]]
+            required = receipt[1].values.get("first") if isinstance(receipt[1], Bound) else None
+            if required is None or not (type(stored) is list and len(stored) > 1 and stored[1] == required):
+                return Duplicate(stored)  # not the receipt the guard required: the caller reads it
         used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
         return errors.QueueFullError(
             f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"

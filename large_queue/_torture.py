@@ -169,11 +169,10 @@ def _producer(
         if txn_ids:
             txn = f"{tag}:{sequence}"
             op = writer.invoke("enqueue", values=values, txn=txn)
-            try:
-                offsets = _torture_txn.until_done(
-                    functools.partial(queue.enqueue_batch, values, txn_id=txn), deadline
-                )
-            except _torture_txn.GaveUp:
+            offsets = _torture_txn.answer(
+                functools.partial(queue.enqueue_batch, values, txn_id=txn), deadline
+            )
+            if offsets is None:
                 break  # left open: settled after the run
             writer.complete(op, "ok", offsets=[offsets.start, offsets.stop])
             sequence += count
@@ -209,11 +208,8 @@ def _consumer(
         if txn_ids:
             txn = f"{tag}:d{next(calls)}"
             op = writer.invoke("dequeue", max_entries=count, txn=txn)
-            try:
-                entries = _torture_txn.until_done(
-                    functools.partial(queue.dequeue_batch, count, txn_id=txn), deadline
-                )
-            except _torture_txn.GaveUp:
+            entries = _torture_txn.answer(functools.partial(queue.dequeue_batch, count, txn_id=txn), deadline)
+            if entries is None:
                 break  # left open: settled after the run
             writer.complete(op, "ok", entries=[[e.offset, e.value] for e in entries])
             if not entries:

@@ -67,6 +67,14 @@ def until_done(call: Callable[[], T], give_up_at: float | None = None) -> T:
             time.sleep(0.002)
 
 
+def answer(call: Callable[[], T], deadline: float) -> T | None:
+    """A worker's call made again until it succeeds; None at the worker's deadline (the call is left open)."""
+    try:
+        return until_done(call, deadline)
+    except GaveUp:
+        return None
+
+
 def settling_queue(url: str, name: str) -> Queue:
     """The coordinator's handle for settling calls, opened once (a kill is settled within milliseconds)."""
     return Queue.open(url, name, lock_policy=LockPolicy(acquire_timeout=30.0))

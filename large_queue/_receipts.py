@@ -45,6 +45,7 @@ and the lock not held by the txn means it was not (within the log's bounds).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -164,8 +165,7 @@ class Receipts:
         self.age_ms = age_ms
 
     def _put(self, first: Any, values: dict[str, int | str]) -> LogPut:
-        template = _template(first, self.keep, self.age_ms)
-        return LogPut(template.bin, template.key, template.items, template.keep, template.max_age_ms, values)
+        return dataclasses.replace(_template(first, self.keep, self.age_ms), values=values)
 
     def committed(self, txn_id: str, operation: str, offsets: range) -> LogPut:
         """The receipt a lock holder's commit writes: ``operation`` on ``offsets``."""

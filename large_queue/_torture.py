@@ -191,6 +191,17 @@ def _producer(
         sequence += count
 
 
+def _say_holes(queue: Queue, history: str, said: int) -> int:
+    """Write how many holes this consumer has closed, when it changed since ``said``; return the count.
+
+    Said as it happens: a consumer may be killed.
+    """
+    closed = queue.stats().holes_closed
+    if closed != said:
+        Path(f"{history}.holes").write_text(str(closed))
+    return closed
+
+
 def _consumer(
     url: str, name: str, history: str, tag: str, deadline: float, seed: int, txn_ids: bool = False
 ) -> None:
@@ -201,9 +212,7 @@ def _consumer(
     closed = 0
     calls = itertools.count()
     while time.monotonic() < deadline:
-        if queue.stats().holes_closed != closed:  # said as it happens: a consumer may be killed
-            closed = queue.stats().holes_closed
-            Path(f"{history}.holes").write_text(str(closed))
+        closed = _say_holes(queue, history, closed)
         count = 1 if rng.random() < 0.5 else rng.randint(2, 8)
         if txn_ids:
             txn = f"{tag}:d{next(calls)}"
@@ -246,9 +255,7 @@ def _group_consumer(
     closed = 0
     with queue.consumer(tag, group=group, **timing) as consumer:
         while time.monotonic() < deadline:
-            if queue.stats().holes_closed != closed:  # said as it happens: a consumer may be killed
-                closed = queue.stats().holes_closed
-                Path(f"{history}.holes").write_text(str(closed))
+            closed = _say_holes(queue, history, closed)
             messages = consumer.receive(1 if rng.random() < 0.5 else rng.randint(2, 8), timeout=0.2)
             if not messages:
                 continue

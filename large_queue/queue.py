@@ -375,6 +375,10 @@ class Queue:
         self.counters.add(enqueue_calls=1, entries_enqueued=count)
         return offsets
 
+    def _repeated_dequeue(self, grant: LockGrant) -> list[Entry]:
+        """A dequeue whose txn already has a receipt: the entries the first call removed."""
+        return _receipts.repeated_dequeue(self, self._repeated(grant, _receipts.DEQUEUE, None))
+
     def _repeated(self, grant: LockGrant, operation: str, count: int | None) -> _receipts.Receipt:
         """A call whose txn already has a receipt: release the lock and return the receipt (checked)."""
         assert grant.receipt is not None
@@ -514,7 +518,7 @@ class Queue:
         """
         with self.lock.holding(txn, receipt=mine) as grant:
             if grant.receipt is not None:
-                return _receipts.repeated_dequeue(self, self._repeated(grant, _receipts.DEQUEUE, None)), False
+                return self._repeated_dequeue(grant), False
             self._refuse_groups(grant)
             grant, taken, settled = self._read_settled(grant, max_entries)
             closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
@@ -579,7 +583,7 @@ class Queue:
         """One locked dequeue (``appends="lock"``); True: try again (entries were overwritten)."""
         with self.lock.holding(txn, receipt=mine) as grant:
             if grant.receipt is not None:
-                return _receipts.repeated_dequeue(self, self._repeated(grant, _receipts.DEQUEUE, None)), False
+                return self._repeated_dequeue(grant), False
             self._refuse_groups(grant)
             grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
             receipt = self._dequeue_receipt(grant, mine, grant.head, new_head, taken)

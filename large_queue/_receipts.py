@@ -48,7 +48,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -265,10 +264,10 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     if replacing is None
                     else queue.receipts.still_names(txn_id, replacing)
                 )
-                first = queue.appender.reserve(
+                first, now_ms = queue.appender.reserve_stamped(
                     count, overwrite=overwrite, receipt=(receipt_put, guard, txn_id)
                 )
-                queue.appender.publish(first, values, time.time_ns() // 1_000_000)
+                queue.appender.publish(first, values, now_ms)
             return range(first, first + count)
         except errors.ReservationClosedError:
             # Our own publish was refused: nothing of this reservation was published, and only a
@@ -284,9 +283,8 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                 return receipt.offsets
             if state == PENDING:
                 try:
-                    queue.appender.publish(
-                        receipt.offsets.start, values, time.time_ns() // 1_000_000, repeat=True
-                    )
+                    # stamped with the store's clock when the first call reserved them (its receipt's)
+                    queue.appender.publish(receipt.offsets.start, values, receipt.at_ms, repeat=True)
                 except errors.ReservationClosedError:
                     replacing = receipt.offsets.start
                     _mark_closed(queue, txn_id, receipt.offsets)

@@ -1,9 +1,10 @@
 """Seek by time: the first offset enqueued at or after a moment, by binary search over buffer records.
 
-Each slot holds its entry's ``enqueued_at_ms`` (the producer's clock when it
-enqueued), and entries come in offset order, so their times grow with their
-offsets (where producers' clocks agree; where they do not, the answer is
-some offset at which the times cross the moment). A probe reads the rest of
+Each slot holds its entry's ``enqueued_at_ms``: the store's clock when its
+offsets were taken (read by the lock's acquire or by the reservation), so
+times grow with offsets whichever machines the producers run on. (Should
+the store's clock step back, the answer is some offset at which the times
+cross the moment.) A probe reads the rest of
 one buffer record from an offset (one command) and either finds where the
 times cross the moment, or halves the range: ``O(log records)`` round trips,
 plus one to read the head and the end of the published prefix.
@@ -53,10 +54,10 @@ def _time_of(offset: int, slot: Any) -> int | None:
 def offset_at(queue: Queue, moment_ms: int) -> int:
     """See :meth:`large_queue.Queue.offset_at`."""
     head, end = queue.published_tail()
-    return _search(queue, moment_ms, head, end)
+    return search(queue, moment_ms, head, end)
 
 
-def _search(queue: Queue, moment_ms: int, low: int, high: int) -> int:
+def search(queue: Queue, moment_ms: int, low: int, high: int) -> int:
     """The first timed offset of ``[low, high)`` enqueued at or after the moment, else ``high``.
 
     Invariant: every timed offset below ``low`` is older than the moment,
@@ -82,6 +83,9 @@ def _search(queue: Queue, moment_ms: int, low: int, high: int) -> int:
             if older_seen or middle == low:
                 low = stop  # older throughout (or nothing in it to find): look higher
             else:  # nothing timed in the probe: look on both sides of it
-                below = _search(queue, moment_ms, low, middle)
-                return below if below < middle else _search(queue, moment_ms, stop, high)
+                below = search(queue, moment_ms, low, middle)
+                return below if below < middle else search(queue, moment_ms, stop, high)
     return low
+
+
+__all__ = ["as_ms", "offset_at", "search"]

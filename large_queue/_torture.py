@@ -136,17 +136,17 @@ def _park_next(signum: int, frame: object) -> None:
 
 def _parking(queue: Queue) -> None:
     """Make the producer stop itself between its next reservation and its publish when asked."""
-    reserve = queue.appender.reserve
+    reserve = queue.appender.reserve_stamped
 
-    def reserve_then_park(count: int, *, overwrite: bool, receipt: Any = None) -> int:
+    def reserve_then_park(count: int, *, overwrite: bool, receipt: Any = None) -> tuple[int, int]:
         global _park_requested
-        first = reserve(count, overwrite=overwrite, receipt=receipt)
+        reserved = reserve(count, overwrite=overwrite, receipt=receipt)
         if _park_requested:
             _park_requested = False
             os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator resumes or kills us
-        return first
+        return reserved
 
-    queue.appender.reserve = reserve_then_park  # type: ignore[method-assign]
+    queue.appender.reserve_stamped = reserve_then_park  # type: ignore[method-assign]
     # Reserve and publish go as separate commands, as they do across a network: in one
     # group (one transaction on the embedded store) a parked producer would hold the
     # store's writer lock, and every process would stop with it.

@@ -62,7 +62,12 @@ DEFAULT_APPENDS = rec.RESERVED_APPENDS
 
 @dataclass(frozen=True, kw_only=True)
 class Entry:
-    """One queue entry: its offset, its value and when it was enqueued (client ms)."""
+    """One queue entry: its offset, its value and when it was enqueued (ms since the epoch, store's clock).
+
+    The time is the store's when the enqueue took its offsets (the lock, or
+    the reservation), so entries of producers on machines whose clocks
+    disagree still order by it.
+    """
 
     offset: int
     value: Any
@@ -358,8 +363,8 @@ class Queue:
             if txn_id is not None:  # it names nothing here (no lock), but a bad one is still refused
                 _txn_id(txn_id)
             with self.backend.grouped():  # on the embedded store, one transaction: no hole for others to see
-                first = self.appender.reserve(count, overwrite=overwrite_if_full)
-                self.appender.publish(first, values, time.time_ns() // 1_000_000)
+                first, now_ms = self.appender.reserve_stamped(count, overwrite=overwrite_if_full)
+                self.appender.publish(first, values, now_ms)
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
         txn = _txn_id(txn_id)
@@ -415,7 +420,7 @@ class Queue:
                 queue=self.name,
             )
         new_tail = tail + count
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = grant.now_ms  # the store's clock, not this machine's
         for record, runs in self.shape.runs(tail, new_tail).items():
             writes = [
                 self._slot_writes(self.shape.slot_of(run.start), [[o, values[o - tail], now_ms] for o in run])
@@ -747,9 +752,8 @@ class Queue:
         epoch (an int, as ``Entry.enqueued_at_ms``). Searches ``[head, end of
         the published prefix)`` by bisection over buffer records: about
         ``log2(records)`` round trips. Returns the end of the prefix when every
-        entry is older, and the head when none is. Times are the producers'
-        clocks at enqueue: where producers' clocks disagree, the answer is an
-        offset where the times cross the moment.
+        entry is older, and the head when none is. Times are the store's clock
+        when each enqueue took its offsets, whatever the producers' clocks say.
         """
         from large_queue import _seek
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import time
 
 import pytest
 
@@ -12,11 +11,11 @@ from large_queue import InvalidArgumentError, Queue
 from tests.fix_backends import Store
 
 
-def _fill(queue: Queue, batches: int) -> list[tuple[int, int]]:
-    """Enqueue batches a few ms apart; return (offset, enqueued_at_ms) of every entry."""
+def _fill(store: Store, queue: Queue, batches: int) -> list[tuple[int, int]]:
+    """Enqueue batches a few ms apart on the store's clock; return (offset, enqueued_at_ms) of every entry."""
     for index in range(batches):
         queue.enqueue_batch([index] * (1 + index % 3))
-        time.sleep(0.003)
+        store.advance(0.003)
     info = queue.info()
     entries = [queue.get(offset) for offset in range(info.head_offset, info.tail_offset)]
     return [(e.offset, e.enqueued_at_ms) for e in entries if e is not None]
@@ -29,7 +28,7 @@ def _expected(stamps: list[tuple[int, int]], moment: int, end: int) -> int:
 @pytest.mark.parametrize("appends", ["reserve", "lock"])
 def test_offset_at_finds_the_first_entry_at_or_after_each_moment(store: Store, appends: str) -> None:
     queue = store.new_queue(appends=appends, capacity=400, slots_per_record=5)
-    stamps = _fill(queue, 60)
+    stamps = _fill(store, queue, 60)
     queue.dequeue_batch(7)  # a head past the first records
     stamps = [item for item in stamps if item[0] >= 7]
     end = queue.info().tail_offset
@@ -50,11 +49,11 @@ def test_offset_at_finds_the_first_entry_at_or_after_each_moment(store: Store, a
 def test_offset_at_passes_over_closed_reservations(store: Store) -> None:
     queue = store.new_queue(appends="reserve", capacity=60, slots_per_record=5)
     queue.enqueue_batch(["a", "b"])
-    time.sleep(0.005)
+    store.advance(0.005)
     first = queue.appender.reserve(6, overwrite=False)  # a producer that died: closed by a reader
     queue.appender.close(first, first + 3)
     queue.appender.close(first + 3, first + 6)
-    time.sleep(0.005)
+    store.advance(0.005)
     queue.enqueue("c")
     late = queue.get(8)
     assert late is not None and late.value == "c"

@@ -59,6 +59,7 @@ from large_queue._stats import Counters
 from large_queue.backends import (
     Backend,
     Compute,
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -74,6 +75,7 @@ from large_queue.backends.conditions import (
     Condition,
     IntBin,
     ListRangeMax,
+    NowMs,
     Param,
     StrBin,
     all_of,
@@ -87,6 +89,8 @@ from large_queue.lock import replaced_error
 
 #: tries of a reserve or publish that times out
 ATTEMPTS = 3
+#: the result under which a reservation reads the store's clock: its entries' ``enqueued_at_ms``
+RESERVED_AT = "now"
 
 
 class Duplicate(Exception):
@@ -143,11 +147,15 @@ def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition
 
 @functools.lru_cache(maxsize=256)
 def _reserving(count: int, overwriting_capacity: int | None) -> tuple[Operation, ...]:
-    """A reservation's operations: the tail grows by ``count`` (and, overwriting, the head follows)."""
+    """A reservation's operations: the tail grows by ``count`` (and, overwriting, the head follows).
+
+    It also reads the store's clock: the time its entries are stamped with.
+    """
     operations: list[Operation] = [Increment(rec.TAIL, count)]
     if overwriting_capacity is not None:
         operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": overwriting_capacity}))
     operations.append(Read(rec.TAIL))
+    operations.append(Evaluate(RESERVED_AT, NowMs()))
     return tuple(operations)
 
 
@@ -199,7 +207,16 @@ class Appender:
     def reserve(
         self, count: int, *, overwrite: bool, receipt: tuple[LogPut, Condition, str] | None = None
     ) -> int:
-        """Take the next ``count`` offsets; return the first. One command.
+        """Take the next ``count`` offsets; return the first. One command (see :meth:`reserve_stamped`)."""
+        return self.reserve_stamped(count, overwrite=overwrite, receipt=receipt)[0]
+
+    def reserve_stamped(
+        self, count: int, *, overwrite: bool, receipt: tuple[LogPut, Condition, str] | None = None
+    ) -> tuple[int, int]:
+        """Take the next ``count`` offsets; return the first, and the store's clock (ms) then. One command.
+
+        The entries are published stamped with that time: their
+        ``enqueued_at_ms`` is the store's, whatever the producer's clock says.
 
         ``QueueFullError`` (nothing reserved) when fewer than ``count`` slots
         are free and not ``overwrite``. ``receipt`` is ``(the receipt's write,
@@ -212,7 +229,7 @@ class Appender:
             assert isinstance(receipt_guard, Bound)
             values = {"incarnation": self.incarnation, "room": capacity - count, **receipt_guard.values}
             guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt_guard.template), values)
-            operations = (*_reserving(count, capacity if overwrite else None)[:-1], put, Read(rec.TAIL))
+            operations = (*_reserving(count, capacity if overwrite else None), put)
             send: Callable[[], dict[str, Any]] = functools.partial(
                 self.backend.operate, self.keys.metadata, operations, condition=guard_both
             )
@@ -247,7 +264,7 @@ class Appender:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.add(reservations=1)
             tail: int = result[rec.TAIL]
-            return tail - count
+            return tail - count, result[RESERVED_AT]
         raise AssertionError("ATTEMPTS must be positive")
 
     def _refusal(self, count: int, receipt: tuple[LogPut, Condition, str] | None) -> Exception:
@@ -269,6 +286,13 @@ class Appender:
             f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",
             queue=self.keys.name,
         )
+
+    def store_now(self) -> int:
+        """The store's clock (ms), read by one command on the metadata record."""
+        self.counters.add(commands=1)
+        found = self.backend.operate(self.keys.metadata, [Evaluate(RESERVED_AT, NowMs())])
+        now_ms: int = found[RESERVED_AT]
+        return now_ms
 
     # --- publish ------------------------------------------------------------------------
 
@@ -421,4 +445,4 @@ class Appender:
         )
 
 
-__all__ = ["ATTEMPTS", "Appender", "Duplicate", "slots_below", "tombstone"]
+__all__ = ["ATTEMPTS", "RESERVED_AT", "Appender", "Duplicate", "slots_below", "tombstone"]

@@ -30,7 +30,6 @@ as moved.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from large_queue import errors
@@ -53,6 +52,8 @@ class DeadLetters:
         self.group = group
         self.target = target
         self.max_deliveries = max_deliveries
+        #: the store's clock when this handle reserved each dead-letter offset not yet published
+        self._reserved_at: dict[int, int] = {}
 
     def letter(self, offset: int, value: Any, enqueued_at_ms: int, deliveries: int, error: str | None) -> Any:
         """The dead-letter entry of ``offset``: the entry and where it came from."""
@@ -69,7 +70,9 @@ class DeadLetters:
 
     def reserve(self) -> int:
         """Take one offset in the dead-letter queue (``QueueFullError`` if it is full)."""
-        return self.target.appender.reserve(1, overwrite=False)
+        at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
+        self._reserved_at[at] = now_ms
+        return at
 
     def publish(self, at: int, letter: Any) -> bool:
         """Publish ``letter`` at reserved offset ``at``; False if that reservation was closed.
@@ -77,8 +80,11 @@ class DeadLetters:
         True also when an earlier attempt (of this or a dead owner) already
         published it: the slot then holds it, and the store refuses a second.
         """
+        now_ms = self._reserved_at.pop(at, None)
+        if now_ms is None:  # reserved by an owner before this one: stamped with the store's clock now
+            now_ms = self.target.appender.store_now()
         try:
-            self.target.appender.publish(at, [letter], time.time_ns() // 1_000_000)
+            self.target.appender.publish(at, [letter], now_ms)
         except errors.ReservationClosedError:
             return self.target.appender.holds(at)
         return True

@@ -126,8 +126,13 @@ class LockGrant:
     groups: tuple[str, ...] = ()  # the queue's consumer groups (see large_queue.cluster.groups)
     #: this txn's receipt as stored when it took the lock (asked for with ``receipt=True``), else None
     receipt: list[Any] | None = None
+    #: the store's clock (ms) when the lock was taken: the ``enqueued_at_ms`` of the entries it enqueues,
+    #: and the "now" that retention by age (``max_age``) judges the head's entries by
+    now_ms: int = 0
 
 
+#: the result under which an acquire reads the store's clock
+_NOW = "now"
 #: what an acquire does besides naming its owner: a new token, and the state the holder needs
 _TAKE_AND_READ = (
     Increment(FENCE_COUNTER, 1),
@@ -137,6 +142,7 @@ _TAKE_AND_READ = (
     Read(FENCE_COUNTER),
     Read(ERASED_BELOW),
     Read(GROUPS),
+    Evaluate(_NOW, NowMs()),
 )
 #: the lock has no owner, or its owner has been silent longer than the TTL
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
@@ -274,6 +280,7 @@ class QueueLock:
             erased_below=state.get(ERASED_BELOW) or 0,
             groups=tuple(state.get(GROUPS) or ()),
             receipt=state.get(RECEIPTS) if receipt else None,
+            now_ms=state[_NOW],
         )
         broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
             NO_OWNER,
@@ -294,12 +301,22 @@ class QueueLock:
         broken; either way this txn holds nothing and may simply try again.
         """
         self.counters.add(commands=1)
-        record = self.backend.get(self.keys.metadata)
-        if record is None:
-            raise errors.QueueNotFoundError(f"queue {self.keys.name!r} does not exist", queue=self.keys.name)
-        if record.bins.get(LOCK_OWNER) != txn_id:
+        try:
+            state = self.backend.operate(
+                self.keys.metadata,
+                [
+                    Read(LOCK_OWNER),
+                    Read(RECEIPTS),
+                    *(op for op in _TAKE_AND_READ if not isinstance(op, Increment)),
+                ],
+            )
+        except errors.RecordNotFoundError:
+            raise errors.QueueNotFoundError(
+                f"queue {self.keys.name!r} does not exist", queue=self.keys.name
+            ) from None
+        if state.get(LOCK_OWNER) != txn_id:
             raise _Busy() from cause
-        return record.bins
+        return state
 
     def _start_epoch(self, grant: LockGrant) -> LockGrant:
         """Wrap the counter: epoch+1, counter 0, only while this grant holds the lock."""

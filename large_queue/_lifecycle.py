@@ -23,6 +23,7 @@ from large_queue._entries import (
     check_encoding,
     max_entry_bytes,
 )
+from large_queue._retention import check_max_age
 from large_queue.backends import Backend, RecordKey, WriteMode
 
 MIN_ENTRY_BYTES = 16
@@ -64,6 +65,7 @@ def create(
     hole_timeout: float,
     receipts: int | None = None,
     receipt_ttl: float = rec.DEFAULT_RECEIPT_AGE,
+    max_age: float | None = None,
 ) -> str:
     """Check the options, then write a new queue's records; returns its namespace.
 
@@ -118,6 +120,7 @@ def create(
         raise errors.InvalidArgumentError(
             f"receipt_ttl must be 1 to {30 * 86400} seconds (30 days), got {receipt_ttl!r}"
         )
+    max_age_ms = check_max_age(max_age)
     if record_size_limit is None:
         record_size_limit = store_limit
     elif record_size_limit > store_limit:
@@ -164,6 +167,8 @@ def create(
         rec.RECEIPT_KEEP: receipts,
         rec.RECEIPT_AGE_MS: round(receipt_ttl * 1000),
     }
+    if max_age_ms is not None:
+        metadata_bins[rec.MAX_AGE_MS] = max_age_ms
     reserved = appends == rec.RESERVED_APPENDS
     if reserved:
         metadata_bins[rec.FORMAT] = rec.RESERVED_FORMAT_VERSION

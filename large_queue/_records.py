@@ -73,6 +73,7 @@ GROUPS = "groups"  # the names of the queue's consumer groups (absent: none); wr
 RECEIPTS = "receipts"  # txn id -> [store ms, first offset, count, "e" | "d"]: see large_queue._receipts
 RECEIPT_KEEP = "rcpt_keep"  # how many receipts the log keeps at most (absent: the default)
 RECEIPT_AGE_MS = "rcpt_age_ms"  # how long the log keeps a receipt, in ms (absent: the default)
+MAX_AGE_MS = "max_age_ms"  # entries older than this (ms, store's clock) leave from the head (absent: none)
 #: receipts kept at most, and for how long (seconds), unless a queue was created with others
 DEFAULT_RECEIPT_KEEP = 100
 DEFAULT_RECEIPT_AGE = 3600.0
@@ -101,6 +102,7 @@ STATE_BINS = (
     GROUPS,
     RECEIPT_KEEP,
     RECEIPT_AGE_MS,
+    MAX_AGE_MS,
 )
 
 # buffer bins (the fence bins share their names with the metadata counter's)
@@ -246,6 +248,7 @@ class Metadata:
     groups: tuple[str, ...] = ()  # the queue's consumer groups
     receipt_keep: int = DEFAULT_RECEIPT_KEEP
     receipt_age_ms: int = int(DEFAULT_RECEIPT_AGE * 1000)
+    max_age_ms: int | None = None  # retention by age (see large_queue._retention); None: none
 
     @property
     def reserved(self) -> bool:
@@ -291,7 +294,7 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     for name in (HOLE_MS, PUBLISHED) if reserved else ():
         if type(bins.get(name)) is not int:
             raise corrupt(f"bin {name!r} is missing or not an integer")
-    for name in (RECEIPT_KEEP, RECEIPT_AGE_MS):
+    for name in (RECEIPT_KEEP, RECEIPT_AGE_MS, MAX_AGE_MS):
         if name in bins and (type(bins[name]) is not int or bins[name] < 1):
             raise corrupt(f"bin {name!r} holds {bins[name]!r}, not a positive integer")
     if encoding not in ENCODINGS:
@@ -327,6 +330,7 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         groups=tuple(bins.get(GROUPS) or ()),
         receipt_keep=bins.get(RECEIPT_KEEP, DEFAULT_RECEIPT_KEEP),
         receipt_age_ms=bins.get(RECEIPT_AGE_MS, int(DEFAULT_RECEIPT_AGE * 1000)),
+        max_age_ms=bins.get(MAX_AGE_MS),
     )
 
 

@@ -8,6 +8,7 @@ Examples::
     large-queue info events
     large-queue check events [--repair]
     large-queue get events 0
+    large-queue expire events
     large-queue demo
     large-queue bench
     large-queue torture --duration 60
@@ -227,12 +228,18 @@ def _parser() -> argparse.ArgumentParser:
         default=2.0,
         help="seconds readers wait on an unpublished reservation before closing it (--appends reserve)",
     )
+    create.add_argument(
+        "--max-age",
+        type=_positive_float,
+        help="seconds an entry is kept after its enqueue; older ones leave from the head (default: kept)",
+    )
     command("list", "list the queues of the namespace")
     command("compact", "shrink an embedded store's file to what it holds (rewrites the whole file)")
     for name, text in [
         ("info", "show a queue's state"),
         ("stats", "show a queue's backlog and its consumers' lag, as stored (counters live in each process)"),
         ("dequeue", "remove and print the head entry"),
+        ("expire", "drop the entries older than the queue's max-age from the head now"),
         ("delete", "delete a queue and its records"),
     ]:
         command(name, text).add_argument("queue", help="queue name")
@@ -372,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     encoding=args.encoding,
                     appends=args.appends,
                     hole_timeout=args.hole_timeout,
+                    max_age=args.max_age,
                 ).info()
             )
         elif args.command == "compact":
@@ -425,6 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print(_stored_stats(queue))
             elif args.command == "dequeue":
                 _print(_entry(queue.dequeue()))
+            elif args.command == "expire":
+                dropped = queue.expire()
+                _print({"dropped": len(dropped), "offsets": [dropped.start, dropped.stop] if dropped else []})
             elif args.command == "get":
                 _print(_entry(queue.get(args.offset)))
             elif args.command == "enqueue":

@@ -130,7 +130,10 @@ class GroupNotFoundError(QueueError):
 
 
 class DataLossError(QueueError):
-    """Entries a consumer group had not acked were overwritten by producers (``overwrite_if_full``).
+    """Entries a consumer had not acked are gone: overwritten, or dropped for their age.
+
+    Overwritten by producers that append with ``overwrite_if_full``, or
+    dropped from the head for being older than the queue's ``max_age``.
 
     ``lost`` is the range of offsets lost. The loss is recorded in the group
     (its ``lost`` count) before this is raised, so the next receive goes on

@@ -57,6 +57,7 @@ def _description(name: str) -> str:
         "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
         "entries_overwritten": "Entries found overwritten before they were dequeued",
+        "entries_expired": "Entries dropped from the head for being older than the queue's max_age",
     }
     return doc.get(name, name.replace("_", " ").capitalize())
 

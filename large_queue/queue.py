@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from large_queue import _lifecycle, _receipts, errors
+from large_queue import _lifecycle, _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import NATIVE, check_entries, decode_entry
 from large_queue._frozen import frozen
@@ -94,6 +94,7 @@ class QueueInfo:
     appends: str = rec.LOCKED_APPENDS  #: "reserve" or "lock": how producers append
     reserved_tail: int = 0  #: the end of the offsets producers have reserved (= tail_offset under the lock)
     hole_timeout: float | None = None  #: seconds a reader waits on an unpublished reservation ("reserve")
+    max_age: float | None = None  #: seconds an entry is kept after its enqueue (None: however old)
     groups: tuple[GroupInfo, ...] = ()  #: the consumer groups: cursors, lag, in flight, lost, dead-lettered
 
 
@@ -140,6 +141,8 @@ class Queue:
         self.hole_timeout = metadata.hole_timeout_ms / 1000
         #: the receipt log's bounds and operations (see :mod:`large_queue._receipts`)
         self.receipts = _receipts.Receipts(metadata.receipt_keep, metadata.receipt_age_ms)
+        #: entries older than this (ms, by the store's clock) leave from the head (None: kept however old)
+        self.max_age_ms = metadata.max_age_ms
         self.lock = QueueLock(
             backend,
             self.keys,
@@ -155,6 +158,8 @@ class Queue:
         self.prefix = PrefixReader(
             backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters
         )
+        #: the store's clock as this handle tells it between reads (consumers judge age by it)
+        self.store_clock = _retention.StoreClock(self.appender.store_now)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, namespace={self.keys.metadata_namespace!r}, capacity={self.capacity})"
@@ -193,6 +198,7 @@ class Queue:
         hole_timeout: float = 2.0,
         receipts: int | None = None,
         receipt_ttl: float = rec.DEFAULT_RECEIPT_AGE,
+        max_age: float | None = None,
     ) -> Queue:
         """Create a new queue; ``QueueExistsError`` if one of that name exists.
 
@@ -220,6 +226,9 @@ class Queue:
         calls given a ``txn_id`` whose outcome the queue remembers (see
         :meth:`outcome`); a receipt takes about 40 bytes plus its txn id in
         the metadata record.
+        ``max_age`` (seconds; default None, kept however old) is retention by
+        age: an entry older than that, by the store's clock, is dropped from
+        the head by the next operation that passes it (see :meth:`expire`).
         """
         backend = connect(store)
         namespace = _lifecycle.create(
@@ -236,6 +245,7 @@ class Queue:
             hole_timeout=hole_timeout,
             receipts=receipts,
             receipt_ttl=receipt_ttl,
+            max_age=max_age,
         )
         return cls.open(backend, name, namespace=namespace, lock_policy=lock_policy)
 
@@ -354,6 +364,18 @@ class Queue:
             )
         if count == 0:
             return range(0)
+        try:
+            return self._append_now(values, txn_id, overwrite_if_full, receipt)
+        except errors.QueueFullError:
+            if not _retention.drop_expired(self):  # no entry old enough to leave: full it is
+                raise
+        return self._append_now(values, txn_id, overwrite_if_full, receipt)
+
+    def _append_now(
+        self, values: list[Any], txn_id: str | int | None, overwrite_if_full: bool, receipt: bool
+    ) -> range:
+        """One attempt of :meth:`_append_checked` (``QueueFullError`` if there is no room now)."""
+        count = len(values)
         mine = receipt and txn_id is not None
         if self.reserved:
             if mine:
@@ -507,13 +529,15 @@ class Queue:
             if taken or not again:
                 return taken
 
-    def _dequeue_receipt(
-        self, grant: LockGrant, mine: bool, head: int, new_head: int, taken: list[Entry]
-    ) -> Any:
-        """The receipt a dequeue's commit leaves: for a caller's txn that took entries."""
+    def _dequeue_receipt(self, grant: LockGrant, mine: bool, new_head: int, taken: list[Entry]) -> Any:
+        """The receipt a dequeue's commit leaves: for a caller's txn that took entries.
+
+        Its offsets run from the first entry taken (not the head: what was
+        passed over before it, overwritten or expired, was not taken) to the new head.
+        """
         if not mine or not taken:
             return None
-        return self.receipts.committed(grant.txn_id, _receipts.DEQUEUE, range(head, new_head))
+        return self.receipts.committed(grant.txn_id, _receipts.DEQUEUE, range(taken[0].offset, new_head))
 
     def _dequeue_settled(self, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
         """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
@@ -525,23 +549,31 @@ class Queue:
             if grant.receipt is not None:
                 return self._repeated_dequeue(grant), False
             self._refuse_groups(grant)
-            grant, taken, settled = self._read_settled(grant, max_entries)
-            closed = not taken and settled.end == grant.head and self.prefix.close_overdue(settled)
-            receipt = self._dequeue_receipt(grant, mine, grant.head, settled.end, taken)
+            grant, read, settled = self._read_settled(grant, max_entries)
+            expired, taken = _retention.split_expired(read, grant.now_ms, self.max_age_ms)
+            closed = not read and settled.end == grant.head and self.prefix.close_overdue(settled)
+            receipt = self._dequeue_receipt(grant, mine, settled.end, taken)
             self.lock.commit(
                 grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
             )
         self.holes.forget(settled.end)
-        self.counters.add(
-            dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=settled.overwritten
-        )
-        if settled.overwritten:
-            log.warning(
-                "queue %r: %d entries were overwritten before they were dequeued",
-                self.name,
-                settled.overwritten,
-            )
+        self._dequeued(taken, settled.overwritten, expired)
         return taken, closed or (not taken and settled.end > grant.head)
+
+    def _dequeued(self, taken: list[Entry], overwritten: int, expired: int) -> None:
+        """Count a committed dequeue, and say what it passed over: overwritten and expired entries.
+
+        Only after the commit is it certain: a holder whose lock broke may see reused slots.
+        """
+        self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=overwritten)
+        if overwritten:
+            log.warning(
+                "queue %r: %d entries were overwritten before they were dequeued", self.name, overwritten
+            )
+        if expired:
+            _retention.report(self, expired)
+            if not taken:  # the head is old: drop what else has expired at once, not a read at a time
+                _retention.drop_expired(self)
 
     def _refuse_groups(self, grant: LockGrant) -> None:
         """A destructive dequeue of a queue consumed by groups is refused (the lock is then released)."""
@@ -590,15 +622,14 @@ class Queue:
             if grant.receipt is not None:
                 return self._repeated_dequeue(grant), False
             self._refuse_groups(grant)
-            grant, taken, skipped, new_head = self._read_entries(grant, max_entries)
-            receipt = self._dequeue_receipt(grant, mine, grant.head, new_head, taken)
+            grant, read, skipped, new_head = self._read_entries(grant, max_entries)
+            expired, taken = _retention.split_expired(read, grant.now_ms, self.max_age_ms)
+            receipt = self._dequeue_receipt(grant, mine, new_head, taken)
             self.lock.commit(
                 grant, head=new_head, erased_below=grant.head, receipt=receipt, known={"entries": taken}
             )
-        self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=skipped)
-        if skipped:  # only now is it certain: a holder whose lock broke may see reused slots
-            log.warning("queue %r: %d entries were overwritten before they were dequeued", self.name, skipped)
-        return taken, skipped > 0
+        self._dequeued(taken, skipped, expired)
+        return taken, (skipped > 0 or expired > 0) and not taken
 
     def _read_entries(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
         """The middle step of a dequeue: read the head entries, one command per record.
@@ -759,6 +790,18 @@ class Queue:
 
         return _seek.offset_at(self, _seek.as_ms(moment))
 
+    def expire(self) -> range:
+        """Drop the entries older than the queue's ``max_age`` from the head now; return their offsets.
+
+        Dequeues, consumers and full enqueues drop expired entries as they
+        pass them; this is for an operator or a timer that wants the room (or
+        the store's memory) back sooner. Takes the lock: about
+        ``log2(records) + 3`` round trips. An empty range if the queue was
+        created without ``max_age`` or nothing has expired. Consumer groups
+        see the offsets dropped below their cursors as lost, with the range.
+        """
+        return _retention.drop_expired(self)
+
     def info(self) -> QueueInfo:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
 
@@ -792,6 +835,7 @@ class Queue:
             appends=metadata.appends,
             reserved_tail=metadata.tail,
             hole_timeout=metadata.hole_timeout_ms / 1000 if self.reserved else None,
+            max_age=metadata.max_age_ms / 1000 if metadata.max_age_ms is not None else None,
             groups=tuple(self._describe_groups(metadata, tail)),
         )
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from large_queue import _records as rec
-from large_queue import errors
+from large_queue import _retention, errors
 from large_queue._frozen import frozen
 from large_queue._waiting import IdlePoller
 from large_queue.cluster import _groups
@@ -133,6 +133,7 @@ class Consumer:
         self._inflight: dict[int, int] = {}
         self.deliveries = Deliveries(visibility_timeout)
         self._lost = 0  # stored counts of the group: entries lost to overwriting, moved to dead letters
+        self._lost_range = range(0)  # the offsets of the last loss found
         self._dead: dict[int, int] = {}
         self._dead_lettered = 0
         #: (offset, value, enqueued_at_ms, deliveries) of entries to move to the dead-letter queue
@@ -333,12 +334,16 @@ class Consumer:
         if self._commits != commits:
             self._sync_queue_head()  # may wait for the queue lock: never inside a group
         if self._lost != lost and self.on_data_loss == "fail":
+            where = self._lost_range
             raise errors.DataLossError(
-                f"{self._lost - lost} entries of queue {self.queue.name!r} were overwritten before"
-                f" {self._who()} acked them (they are counted as lost; the next receive goes on after them)",
+                f"{self._lost - lost} entries of queue {self.queue.name!r} (offsets {where.start}.."
+                f"{where.stop - 1}) were overwritten by producers or dropped for their age (max_age)"
+                f" before {self._who()} acked them (they are counted as lost; the next receive goes on"
+                " after them)",
                 queue=self.queue.name,
                 group=self.group,
                 count=self._lost - lost,
+                lost=where,
             )
         return delivered
 
@@ -374,7 +379,11 @@ class Consumer:
                 self.queue.prefix.close_overdue(settled)
         inflight = {o: c for o, c in self._inflight.items() if o >= self._queue_head}
         delivered: list[Message | Entry] = []
-        lost_again: set[int] = set()  # offsets whose slot a later lap took: lost, like those below the head
+        # offsets whose slot a later lap took, or whose entry is older than max_age: lost, like those
+        # below the head
+        lost_again: set[int] = set()
+        cutoff = _retention.expired_before(self.queue, self.queue.store_clock)
+        expired = 0
         for offset in [*redeliver, *fresh]:
             if offset < self._queue_head:
                 continue  # counted as lost above
@@ -389,6 +398,10 @@ class Consumer:
                     offset,
                     self._who(),
                 )
+                lost_again.add(offset)
+                continue
+            if _retention.too_old(entry, cutoff):
+                expired += 1
                 lost_again.add(offset)
                 continue
             if self.dead_letters is not None and (
@@ -418,6 +431,15 @@ class Consumer:
         else:
             cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
         lost += len(lost_again)
+        if expired:
+            self.queue.counters.add(entries_expired=expired)  # said below, with the rest of the loss
+        if lost:
+            below = [o for o in (self._cursor, *self._inflight) if o < self._queue_head]
+            lowest = min([*lost_again, *below])
+            highest = max([*lost_again, *(o for o in self._inflight if o < self._queue_head)], default=-1)
+            if self._queue_head > self._cursor:
+                highest = max(highest, self._queue_head - 1)
+            self._lost_range = range(lowest, highest + 1)
         if lost and self.on_data_loss == "fail":
             # Nothing is delivered this time, so that the error comes before any entry after the loss:
             # only the loss is committed (overwriting takes the oldest first, so the lost are a prefix).
@@ -431,7 +453,10 @@ class Consumer:
         counts = {"lost": self._lost + lost} if lost else {}
         if lost:
             log.warning(
-                "queue %r: %s lost %d entries to overwriting producers", self.queue.name, self._who(), lost
+                "queue %r: %s lost %d entries (overwritten by producers, or older than max_age)",
+                self.queue.name,
+                self._who(),
+                lost,
             )
         try:
             self._commit(cursor, inflight, **counts)

@@ -1,0 +1,196 @@
+"""Retention by age: entries older than the queue's ``max_age`` leave from the head.
+
+A queue created with ``max_age`` keeps an entry at most that long after it
+was enqueued, judged by one clock, the store's, at both ends: an entry's
+``enqueued_at_ms`` is the store's clock when its offsets were taken (read by
+the lock's acquire, or by the reservation, in the same command), and "now"
+is the store's clock when an operation took the lock. Times of entries grow
+with their offsets, so the expired entries are a prefix from the head.
+
+Nothing runs in the background. The next operation that passes expired
+entries drops them:
+
+- a dequeue (under the lock) drops the expired entries it reads instead of
+  returning them, and its commit moves the head past them as past those it
+  returns; a dequeue that finds only expired entries drops the whole expired
+  prefix (:func:`drop_expired`) before it reads again;
+- an enqueue that finds the queue full drops the expired prefix, then tries
+  again once (``QueueFullError`` only if the room is still not there);
+- ``queue.expire()`` (and ``large-queue expire``) drops it now;
+- a consumer (a group's, or the cluster shim's) counts the expired entries it
+  reads as lost, as it counts overwritten ones, and goes on after them;
+  ``on_data_loss="fail"`` raises ``DataLossError`` with the lost range.
+
+Dropped entries are counted (``entries_expired`` in ``queue.stats()``) and
+logged, as overwritten ones are. Offset reads (``queue.get``, Spark) still
+return an expired entry until an operation has dropped it.
+
+The failure story, as a timeline (``max_age`` 60 s, lock TTL 2 s)::
+
+    t=0    P enqueues offsets 0..9; the acquire reads the store's clock,
+           1,000 ms: every slot is stamped 1,000.
+    t=30   P enqueues 10..19, stamped 31,000.
+    t=65   D dequeues: its acquire reads the store's clock, 66,000 ms.
+           0..9 are older than 60 s (1,000 < 66,000 - 60,000): they are
+           dropped and counted; 10 is returned; the commit writes head 11.
+    t=65.1 Had D paused before its commit until its lock was broken, the
+           commit would have been refused (fencing): nothing is dropped and
+           nothing is returned, as for any dequeue whose lock is lost.
+    t=70   A full queue: P's enqueue is refused for room. P takes the lock
+           (store clock 71,000), finds by bisection the first entry at or
+           after 11,000 and commits the head there: the room is made, and
+           its enqueue is tried again.
+
+A consumer judges age without the lock: it reads the store's clock once and
+extends it with its own monotonic clock (:class:`StoreClock`), reading it
+again every ``refresh`` seconds. The estimate is never ahead of the store's
+clock by more than this machine's drift over that time: it may drop an entry
+a little late, never early. No two machines' clocks are compared.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from large_queue import _seek, errors
+from large_queue.appends._prefix import ENTRY, PENDING, kind_of
+
+if TYPE_CHECKING:
+    from large_queue.queue import Entry, Queue
+
+log = logging.getLogger("large_queue")
+
+#: the lock holder's name of an operation that only drops expired entries
+EXPIRE_TXN = "expire"
+#: longest ``max_age`` (seconds): ten years
+MAX_AGE_LIMIT = 10 * 365 * 86400
+
+
+def check_max_age(max_age: object) -> int | None:
+    """``max_age`` (seconds, or None: keep entries however old) in ms, or ``InvalidArgumentError``."""
+    if max_age is None:
+        return None
+    if type(max_age) not in (int, float) or not 0.001 <= max_age <= MAX_AGE_LIMIT:  # type: ignore[operator]
+        raise errors.InvalidArgumentError(
+            f"max_age must be None or 0.001 to {MAX_AGE_LIMIT} seconds (ten years), got {max_age!r}"
+        )
+    return max(1, round(max_age * 1000))  # type: ignore[operator]
+
+
+def split_expired(entries: list[Entry], now_ms: int, max_age_ms: int | None) -> tuple[int, list[Entry]]:
+    """``(how many leading entries are older than max_age at now_ms, the entries after them)``."""
+    if max_age_ms is None or not entries:
+        return 0, entries
+    cutoff = now_ms - max_age_ms
+    count = 0
+    for entry in entries:
+        if entry.enqueued_at_ms >= cutoff:
+            break
+        count += 1
+    return count, entries[count:] if count else entries
+
+
+def report(queue: Queue, count: int) -> None:
+    """Count and log ``count`` entries dropped for their age (if any)."""
+    if count:
+        queue.counters.add(entries_expired=count)
+        log.warning("queue %r: %d entries older than max_age were dropped", queue.name, count)
+
+
+def drop_expired(queue: Queue) -> range:
+    """Move the head past the entries older than ``max_age``; return the offsets passed.
+
+    The lock's acquire, about ``log2(records)`` reads (a bisection,
+    :mod:`large_queue._seek`), one more read where producers append without
+    the lock, and the commit. Stops at the first entry young enough. An empty
+    range if the queue keeps entries however old, or none has expired.
+    """
+    if queue.max_age_ms is None:
+        return range(0)
+    with queue.lock.holding(EXPIRE_TXN) as grant:
+        new_head = _seek.search(queue, grant.now_ms - queue.max_age_ms, grant.head, grant.tail)
+        if queue.reserved:
+            new_head = _short_of_pending(queue, grant.head, new_head)
+        if new_head <= grant.head:
+            queue.lock.release(grant)
+            return range(grant.head, grant.head)
+        queue.lock.commit(grant, head=new_head, published=new_head if queue.reserved else None)
+    report(queue, new_head - grant.head)
+    return range(grant.head, new_head)
+
+
+def _short_of_pending(queue: Queue, head: int, end: int) -> int:
+    """``end``, or the first of the unpublished offsets just below it (one read).
+
+    The bisection passes over offsets with no time: closed, overwritten, and
+    reserved but not yet published. An unpublished offset with an expired
+    entry above it was reserved before that entry, so it is older still and
+    goes too; one with none above it (up to ``end``) may be younger, and stays.
+    """
+    low = max(head, end - queue.shape.slots_per_record)
+    slots = queue.prefix.slots(low, end)
+    for offset in range(end - 1, low - 1, -1):
+        try:
+            kind, _ = kind_of(offset, slots.get(offset))
+        except ValueError:  # not a slot this queue writes: left for a reader to report
+            return offset
+        if kind == PENDING:
+            end = offset
+        elif kind == ENTRY:
+            break
+    return end
+
+
+class StoreClock:
+    """The store's clock as this process tells it: one read, then this machine's monotonic clock.
+
+    ``read`` returns the store's clock (ms, one command). It is read again
+    when ``refresh`` seconds have passed since; the estimate in between is the
+    last reading plus the time passed here, so it is never ahead of the
+    store's by more than this machine's drift over ``refresh``.
+    """
+
+    def __init__(self, read: Callable[[], int], refresh: float = 1.0) -> None:
+        self.read = read
+        self.refresh = refresh
+        self._lock = threading.Lock()
+        self._anchor: tuple[int, float] | None = None  # (store ms, monotonic seconds when received)
+
+    def now_ms(self) -> int:
+        """The store's clock now (ms since the epoch), as estimated here."""
+        with self._lock:
+            here = time.monotonic()
+            if self._anchor is None or here - self._anchor[1] >= self.refresh:
+                store_ms = self.read()
+                here = time.monotonic()
+                self._anchor = (store_ms, here)
+            store_ms, at = self._anchor
+            return store_ms + int((here - at) * 1000)
+
+
+def expired_before(queue: Queue, clock: StoreClock) -> int | None:
+    """The enqueue time (store ms) below which an entry has expired now, or None (no ``max_age``)."""
+    if queue.max_age_ms is None:
+        return None
+    return clock.now_ms() - queue.max_age_ms
+
+
+def too_old(entry: tuple[Any, int], cutoff: int | None) -> bool:
+    """True if a slot's ``(value, enqueued_at_ms)`` is older than ``cutoff`` (None: nothing expires)."""
+    return cutoff is not None and entry[1] < cutoff
+
+
+__all__ = [
+    "EXPIRE_TXN",
+    "StoreClock",
+    "check_max_age",
+    "drop_expired",
+    "expired_before",
+    "report",
+    "split_expired",
+    "too_old",
+]

@@ -1,0 +1,168 @@
+"""Retention by age (``max_age``): expired entries leave from the head, counted, on both stores.
+
+On the embedded store the tests move the store's clock; on Aerospike they
+wait for it (``Store.advance``), so ages are a second or two there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from large_queue import DataLossError, InvalidArgumentError, Queue, QueueFullError
+from large_queue.cli import main
+from tests.fix_backends import APPENDS, Place, Store
+
+MAX_AGE = 1.0
+#: past max_age on the store's clock
+LATER = 1.3
+
+
+def _queue(store: Store, appends: str, **options: Any) -> Queue:
+    queue = store.new_queue(appends=appends, max_age=MAX_AGE, **options)
+    queue.store_clock.refresh = 0.0  # consumers read the store's clock at every receive (it is moved by hand)
+    return queue
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_dequeue_drops_the_entries_older_than_max_age(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=12, slots_per_record=3)
+    queue.enqueue_batch(["old-1", "old-2", "old-3", "old-4"])
+    store.advance(LATER)
+    queue.enqueue_batch(["young-1", "young-2"])
+    entry = queue.dequeue()
+    assert entry is not None and entry.value == "young-1"
+    assert queue.stats().entries_expired == 4
+    assert [e.value for e in queue.dequeue_batch(10)] == ["young-2"]
+    assert queue.info().size == 0
+    assert queue.stats().entries_dequeued == 2  # the old ones were dropped, never returned
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_dequeue_of_a_long_expired_backlog_drops_it_all_at_once(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=300, slots_per_record=10)
+    queue.enqueue_batch(range(250))
+    store.advance(LATER)
+    queue.enqueue("young")
+    before = queue.stats().commands
+    entry = queue.dequeue()
+    assert entry is not None and (entry.offset, entry.value) == (250, "young")
+    # one dequeue's read finds the head expired, then the rest goes by bisection, not a read a record
+    assert queue.stats().commands - before <= 2 * 3 + math.ceil(math.log2(26)) + 5
+    assert queue.stats().entries_expired == 250
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_full_queue_makes_room_by_dropping_expired_entries(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=6, slots_per_record=3)
+    queue.enqueue_batch(["old-1", "old-2", "old-3"])
+    store.advance(LATER)
+    queue.enqueue_batch(["young-1", "young-2", "young-3"])
+    offset = queue.enqueue("newest")  # full: the three old entries leave, and the enqueue goes on
+    assert offset == 6
+    assert [e.value for e in queue.dequeue_batch(10)] == ["young-1", "young-2", "young-3", "newest"]
+    assert queue.stats().entries_expired == 3
+    queue.enqueue_batch(["a", "b", "c", "d", "e", "f"])
+    with pytest.raises(QueueFullError):  # nothing is old enough to leave: still full
+        queue.enqueue("g")
+    assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b", "c", "d", "e", "f"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_expire_drops_the_expired_prefix_by_bisection(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=400, slots_per_record=5)
+    queue.enqueue_batch(range(203))
+    store.advance(LATER)
+    queue.enqueue_batch(range(7))
+    before = queue.stats().commands
+    assert queue.expire() == range(0, 203)
+    assert queue.stats().commands - before <= math.ceil(math.log2(42)) + 5
+    assert queue.info().head_offset == 203
+    assert queue.expire() == range(203, 203)  # nothing more has expired
+    assert [e.value for e in queue.dequeue_batch(10)] == list(range(7))
+    assert queue.stats().entries_expired == 203
+
+
+def test_a_queue_without_max_age_keeps_its_entries_however_old(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue("kept")
+    store.advance(LATER)
+    before = queue.stats().commands
+    assert queue.expire() == range(0)
+    assert queue.stats().commands == before  # nothing to do: not even a read
+    entry = queue.dequeue()
+    assert entry is not None and entry.value == "kept"
+    assert queue.info().max_age is None
+
+
+def test_max_age_is_stored_and_reported(store: Store) -> None:
+    queue = store.new_queue(max_age=86400)
+    assert queue.info().max_age == 86400.0
+    assert Queue.open(store.backend, queue.name).max_age_ms == 86_400_000
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0001, "60", float("nan"), float("inf"), True, 11 * 365 * 86400])
+def test_a_bad_max_age_is_refused_before_anything_is_written(store: Store, bad: object) -> None:
+    name = f"refused-{abs(hash(repr(bad))) % 10_000}"
+    with pytest.raises(InvalidArgumentError, match="max_age"):
+        Queue.create(store.backend, name, capacity=10, max_age=bad)  # type: ignore[arg-type]
+    assert name not in Queue.names(store.backend)
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_group_sees_expired_entries_as_lost_with_their_range(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=12, slots_per_record=3)
+    queue.create_group("slow")
+    queue.enqueue_batch([0, 1, 2, 3, 4])
+    store.advance(LATER)
+    queue.enqueue_batch([5, 6])
+    with queue.consumer("n1", group="slow", on_data_loss="fail", time_slice=30.0, timeout=5.0) as consumer:
+        with pytest.raises(DataLossError) as raised:
+            consumer.receive(10, timeout=2.0)
+        assert raised.value.count == 5  # type: ignore[attr-defined]
+        assert raised.value.lost == range(0, 5)  # type: ignore[attr-defined]
+        got = consumer.receive(10, timeout=2.0)
+        assert [m.value for m in got] == [5, 6]
+        for message in got:
+            message.ack()
+    assert queue.group("slow").lost == 5
+    assert queue.stats().entries_expired == 5
+
+
+def test_the_cluster_consumer_counts_expired_entries_as_lost(store: Store) -> None:
+    queue = _queue(store, "reserve", capacity=12, slots_per_record=3)
+    queue.enqueue_batch(["old-1", "old-2"])
+    store.advance(LATER)
+    queue.enqueue("young")
+    with queue.consumer("n1", time_slice=30.0, timeout=5.0) as consumer:
+        got = consumer.receive(10, timeout=2.0)
+        assert [m.value for m in got] == ["young"]
+    assert queue.stats().entries_expired == 2
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_repeated_dequeue_after_dropping_returns_what_the_first_took(store: Store, appends: str) -> None:
+    queue = _queue(store, appends, capacity=12, slots_per_record=3)
+    queue.enqueue_batch(["old-1", "old-2"])
+    store.advance(LATER)
+    queue.enqueue_batch(["young-1", "young-2"])
+    first = queue.dequeue_batch(2, txn_id="take-1")
+    assert [e.value for e in first] == ["young-1", "young-2"]
+    again = queue.dequeue_batch(2, txn_id="take-1")
+    assert again == first
+    outcome = queue.outcome("take-1")
+    assert outcome.receipt is not None and outcome.receipt.offsets == range(2, 4)
+
+
+def test_the_command_line_creates_and_expires(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    name = place.name("retained")
+    assert main(["--url", place.url, "create", name, "--capacity", "10", "--max-age", "0.05"]) == 0
+    assert '"max_age": 0.05' in capsys.readouterr().out
+    assert main(["--url", place.url, "enqueue", name, '"a"', '"b"']) == 0
+    time.sleep(0.2)  # other processes' clocks are real on both stores
+    capsys.readouterr()
+    assert main(["--url", place.url, "expire", name]) == 0
+    assert '"dropped": 2' in capsys.readouterr().out

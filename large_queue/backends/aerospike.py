@@ -358,6 +358,9 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+#: operations whose dictionaries hold compiled expressions (kept per operation object: see _built)
+_EXPRESSION_OPERATIONS = frozenset({ReadSinceUpdate, Evaluate, Compute, LogPut})
+
 # id of an operations tuple -> (the tuple, its operation dictionaries): tuples are built once (constants)
 _BUILT: dict[int, tuple[Sequence[Operation], list[dict[str, Any]]]] = {}
 
@@ -374,10 +377,24 @@ def _operations(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     return found[1]
 
 
+#: id of an operation -> (the operation, its dictionary), for operations whose dictionary is an
+#: expression's: built once for an operation made once (a constant), however it is sent
+_EXPRESSION_BUILT: dict[int, tuple[Operation, dict[str, Any]]] = {}
+
+
 def _built(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     built: list[dict[str, Any]] = []
     for op in operations:
-        builder = _BUILDERS.get(type(op))
+        kind = type(op)
+        if kind in _EXPRESSION_OPERATIONS:
+            found = _EXPRESSION_BUILT.get(id(op))
+            if found is None or found[0] is not op:
+                if len(_EXPRESSION_BUILT) >= _MOST_COMPILED:
+                    _EXPRESSION_BUILT.clear()
+                found = _EXPRESSION_BUILT[id(op)] = (op, _BUILDERS[kind](op))  # keeps the id taken
+            built.append(found[1])
+            continue
+        builder = _BUILDERS.get(kind)
         if builder is not None:
             built.append(builder(op))
         elif isinstance(op, ListSetRange):

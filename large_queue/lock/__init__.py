@@ -157,6 +157,8 @@ _FREE_EXPIRED_OR_MINE_AT = any_of(*_FREE_OR_EXPIRED_AT.parts, eq(StrBin(LOCK_OWN
 _STAMP = Compute(LOCK_AT, NowMs())
 #: the result name under which an acquire reads the owner it replaces
 _PREVIOUS_OWNER = "prev_owner"
+#: ... and the operation that reads it (one object, so that stores compile it once)
+_READ_PREVIOUS_OWNER = Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER))
 _HEAD_AT_LEAST = max_of(IntBin(HEAD), Param("head"))
 _PUBLISHED_AT_LEAST = max_of(IntBin(PUBLISHED), Param("published"))
 
@@ -210,6 +212,8 @@ class QueueLock:
         self.stamped = stamped
         self._free_or_expired = _FREE_OR_EXPIRED_AT if stamped else _FREE_OR_EXPIRED
         self._stamp: list[Operation] = [_STAMP] if stamped else []
+        #: what an acquire does after naming its owner (built once: stores build its commands once)
+        self._take_and_read: tuple[Operation, ...] = (*self._stamp, *_TAKE_AND_READ)
 
     @staticmethod
     def held_by(grant: LockGrant, incarnation: str | None = None) -> Condition:
@@ -244,12 +248,8 @@ class QueueLock:
         same command), and take the lock back if this txn holds it already.
         """
         self.counters.add(commands=1)
-        operations: list[Operation] = [
-            Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER)),
-            Write(LOCK_OWNER, txn_id),
-            *self._stamp,
-            *_TAKE_AND_READ,
-        ]  # the owner evaluated is the one replaced
+        # the owner evaluated is the one replaced
+        operations: list[Operation] = [_READ_PREVIOUS_OWNER, Write(LOCK_OWNER, txn_id), *self._take_and_read]
         condition: Condition = self._free_or_expired
         if receipt:
             operations.append(MapGet(RECEIPTS, txn_id))

@@ -51,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from large_queue import _records as rec
 from large_queue import errors
@@ -126,17 +126,24 @@ def _runs_below(count: int) -> And:
     )
 
 
-def slots_below(incarnation: str, slots: Sequence[tuple[int, int]]) -> Condition:
-    """Guard: each ``(slot index, offset)`` pair's slot holds an offset below it (another lap's, or none).
+class SlotRun(NamedTuple):
+    """``length`` consecutive slots of one buffer record from ``slot``, for offsets from ``offset``."""
 
-    The pairs come in runs of consecutive slots and offsets; each run is one comparison.
+    slot: int
+    length: int
+    offset: int
+
+
+def pairs(runs: Sequence[SlotRun]) -> list[tuple[int, int]]:
+    """The ``(slot index, offset)`` of every slot of ``runs``, in order."""
+    return [(run.slot + k, run.offset + k) for run in runs for k in range(run.length)]
+
+
+def slots_below(incarnation: str, runs: Sequence[SlotRun]) -> Condition:
+    """Guard: each slot of ``runs`` holds an offset below its own (another lap's, or none).
+
+    Each run is one comparison.
     """
-    runs: list[list[int]] = []  # [first slot, count, first offset]
-    for index, offset in slots:
-        if runs and index == runs[-1][0] + runs[-1][1] and offset == runs[-1][2] + runs[-1][1]:
-            runs[-1][1] += 1
-        else:
-            runs.append([index, 1, offset])
     values: dict[str, int | str] = {"incarnation": incarnation}
     for k, (index, count, offset) in enumerate(runs):
         values[f"i{k}"] = index
@@ -308,7 +315,7 @@ class Appender:
             slot = self.shape.slot_of(first)
             single = [slot_writes(slot, [[first, values[0], now_ms]], self.shape.slots_per_record)]
             self._put_slots(
-                self.shape.record_of(first), single, [(slot, first)], published=True, repeat=repeat
+                self.shape.record_of(first), single, [SlotRun(slot, 1, first)], published=True, repeat=repeat
             )
             return
         last = first + len(values) - 1
@@ -317,7 +324,7 @@ class Appender:
         last_record = self.shape.record_of(last)
         order = [record for record in runs if record != last_record] + [last_record]
         for record in order:
-            slots: list[tuple[int, int]] = []
+            slots: list[SlotRun] = []
             writes: list[Operation] = []
             for run in runs[record]:
                 if spanning:
@@ -325,7 +332,7 @@ class Appender:
                 else:
                     content = [[o, values[o - first], now_ms] for o in run]
                 start = self.shape.slot_of(run.start)
-                slots.extend((start + k, o) for k, o in enumerate(run))
+                slots.append(SlotRun(start, len(run), run.start))
                 writes.append(slot_writes(start, content, self.shape.slots_per_record))
             try:
                 self._put_slots(record, writes, slots, published=True, repeat=repeat)
@@ -348,16 +355,17 @@ class Appender:
         """
         run = range(start, stop)
         first_slot = self.shape.slot_of(start)
-        slots = [(first_slot + k, o) for k, o in enumerate(run)]
         writes = [slot_writes(first_slot, [tombstone(o) for o in run], self.shape.slots_per_record)]
-        self._put_slots(self.shape.record_of(start), writes, slots, published=False)
+        self._put_slots(
+            self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)], published=False
+        )
         self.counters.add(holes_closed=1)
 
     def _put_slots(
         self,
         record: int,
         writes: list[Operation],
-        slots: list[tuple[int, int]],
+        slots: list[SlotRun],
         *,
         published: bool,
         repeat: bool = False,
@@ -379,22 +387,24 @@ class Appender:
             except errors.ConditionNotMetError:
                 if not published:
                     raise
-                if (timed_out or repeat) and self._holds_entries(record, slots):
+                if (timed_out or repeat) and self._holds_entries(record, pairs(slots)):
                     return  # the timed-out attempt (or the txn's earlier call) was applied
-                raise self._closed(record, slots, timed_out=timed_out) from None
+                raise self._closed(record, pairs(slots), timed_out=timed_out) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
 
     def _read_slots(self, record: int, slots: list[tuple[int, int]]) -> list[Any]:
-        first = slots[0][0]
+        """What the slots of ``(slot index, offset)`` pairs hold now, in their order (one command)."""
+        low = min(index for index, _ in slots)
+        high = max(index for index, _ in slots)
         self.counters.add(commands=1)
         found = self.backend.operate(
-            self.keys.buffer(record), [Read(rec.INCARNATION), ListGetRange(rec.SLOTS, first, len(slots))]
+            self.keys.buffer(record), [Read(rec.INCARNATION), ListGetRange(rec.SLOTS, low, high - low + 1)]
         )
         if found.get(rec.INCARNATION) != self.incarnation:
             raise replaced_error(self.keys.name, created_again=True)
         got: list[Any] = found.get(rec.SLOTS, [])
-        return got
+        return [got[index - low] for index, _ in slots if index - low < len(got)]
 
     def holds(self, offset: int) -> bool:
         """True if ``offset``'s slot holds its published entry (one command)."""
@@ -445,4 +455,4 @@ class Appender:
         )
 
 
-__all__ = ["ATTEMPTS", "RESERVED_AT", "Appender", "Duplicate", "slots_below", "tombstone"]
+__all__ = ["ATTEMPTS", "RESERVED_AT", "Appender", "Duplicate", "SlotRun", "pairs", "slots_below", "tombstone"]

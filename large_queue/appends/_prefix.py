@@ -93,8 +93,12 @@ def settle(
     closed_through = (
         -1
     )  # the last offset of a closed spanning batch seen: its unpublished parts are closed too
+    entries = settled.entries
     for offset in range(start, stop):
         slot = slot_at(offset)
+        if type(slot) is list and len(slot) == 3 and slot[0] == offset and type(slot[0]) is int:
+            entries.append((offset, slot[1], slot[2]))  # the common slot: an entry, not part of a batch
+            continue
         kind, last = kind_of(offset, slot)
         if kind == ENTRY and last is not None:
             kind = verdicts.get(last) or _verdict(last, start, stop, slot_at, fetch)

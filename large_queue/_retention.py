@@ -54,7 +54,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from large_queue import _seek, errors
 from large_queue.appends._prefix import ENTRY, PENDING, kind_of
@@ -179,11 +179,6 @@ def expired_before(queue: Queue, clock: StoreClock) -> int | None:
     return clock.now_ms() - queue.max_age_ms
 
 
-def too_old(entry: tuple[Any, int], cutoff: int | None) -> bool:
-    """True if a slot's ``(value, enqueued_at_ms)`` is older than ``cutoff`` (None: nothing expires)."""
-    return cutoff is not None and entry[1] < cutoff
-
-
 __all__ = [
     "EXPIRE_TXN",
     "StoreClock",
@@ -192,5 +187,4 @@ __all__ = [
     "expired_before",
     "report",
     "split_expired",
-    "too_old",
 ]

@@ -400,7 +400,7 @@ class Consumer:
                 )
                 lost_again.add(offset)
                 continue
-            if _retention.too_old(entry, cutoff):
+            if cutoff is not None and entry[1] < cutoff:  # older than max_age
                 expired += 1
                 lost_again.add(offset)
                 continue

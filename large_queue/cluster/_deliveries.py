@@ -45,6 +45,8 @@ class Deliveries:
 
     def expire(self, now: float | None = None) -> list[int]:
         """Release held deliveries whose visibility timeout has passed; return their offsets."""
+        if not self.held:
+            return []  # the common case of a consumer that acks at once: nothing to look at
         now = self.clock() if now is None else now
         expired = [offset for offset in self.held if self._visible_at.get(offset, float("inf")) <= now]
         for offset in expired:
@@ -54,6 +56,8 @@ class Deliveries:
 
     def due(self, inflight: dict[int, int], now: float | None = None) -> list[int]:
         """In-flight offsets to deliver again now, lowest first: not held and not delayed by a nack."""
+        if not inflight:
+            return []
         now = self.clock() if now is None else now
         return sorted(
             offset
@@ -92,6 +96,8 @@ class Deliveries:
 
     def next_due(self, inflight: dict[int, int]) -> float | None:
         """When the next delayed or held delivery becomes due again (monotonic), if any is waiting."""
+        if not inflight:
+            return None
         times = [at for offset, at in self._not_before.items() if offset in inflight]
         times += [at for offset, at in self._visible_at.items() if offset in self.held]
         return min(times, default=None)

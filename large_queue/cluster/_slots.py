@@ -40,6 +40,11 @@ class SlotsRead:
 def read_slots(queue: Queue, again: Sequence[int], fresh: range, seen_tail: int) -> SlotsRead:
     """Read the slots of offsets ``again`` and ``fresh`` (and the metadata past ``seen_tail``): 1 command."""
     shape = queue.shape
+    if not again and fresh and fresh[-1] < seen_tail:
+        first, last = fresh.start, fresh[-1]
+        record = shape.record_of(first)
+        if shape.record_of(last) == record and shape.slot_of(last) >= shape.slot_of(first):
+            return _read_one_record(queue, record, shape.slot_of(first), shape.slot_of(last))
     wanted: dict[int, tuple[int, int]] = {}
     runs = [range(o, o + 1) for o in again]
     for record_runs in shape.runs(fresh.start, fresh.stop).values():
@@ -66,10 +71,7 @@ def read_slots(queue: Queue, again: Sequence[int], fresh: range, seen_tail: int)
         found = found[1:]
     elif len(reads) == 1:
         key, operations = reads[0]
-        try:
-            found = [queue.backend.operate(key, operations or [])]
-        except errors.RecordNotFoundError:
-            found = [None]  # as a batch read reports it: its entries are gone
+        found = [_read_or_none(queue, key, operations or [])]
     else:
         found = queue.backend.batch_read(reads) if reads else []
     slots = {
@@ -77,6 +79,23 @@ def read_slots(queue: Queue, again: Sequence[int], fresh: range, seen_tail: int)
         for record, buffer in zip(records, found, strict=True)
     }
     return SlotsRead(shape, wanted, slots, metadata)
+
+
+def _read_one_record(queue: Queue, record: int, first: int, last: int) -> SlotsRead:
+    """The common delivery: fresh offsets within one buffer record, below a tail already seen."""
+    found = _read_or_none(
+        queue, queue.keys.buffer(record), [ListGetRange(rec.SLOTS, first, last - first + 1)]
+    )
+    slots = found.get(rec.SLOTS) if found is not None else None
+    return SlotsRead(queue.shape, {record: (first, last)}, {record: slots}, None)
+
+
+def _read_or_none(queue: Queue, key: RecordKey, operations: list[Operation]) -> dict[str, Any] | None:
+    """One record's reads; None if it is missing, as a batch read reports it (its entries are gone)."""
+    try:
+        return queue.backend.operate(key, operations)
+    except errors.RecordNotFoundError:
+        return None
 
 
 __all__ = ["SlotsRead", "read_slots"]

@@ -166,3 +166,19 @@ def test_the_command_line_creates_and_expires(place: Place, capsys: pytest.Captu
     capsys.readouterr()
     assert main(["--url", place.url, "expire", name]) == 0
     assert '"dropped": 2' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_entries_are_stamped_with_the_store_clock_not_the_producers(store: Store, appends: str) -> None:
+    queue = store.new_queue(appends=appends)
+    if store.clock is not None:
+        store.clock.advance(86400)  # the store's clock a day ahead of this machine's
+    before = queue.appender.store_now()
+    first = queue.enqueue("one")
+    batch = queue.enqueue_batch(["two", "three"])
+    after = queue.appender.store_now()
+    stamps = [entry.enqueued_at_ms for entry in (queue.get(o) for o in [first, *batch]) if entry is not None]
+    assert len(stamps) == 3
+    assert all(before <= stamp <= after for stamp in stamps)
+    if store.clock is not None:
+        assert min(stamps) > time.time() * 1000 + 86_000_000  # not this machine's clock

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue.appends import Duplicate
+from large_queue.appends import Duplicate, ReceiptWrite
 from large_queue.appends._prefix import CLOSED, ENTRY, PENDING, kind_of
 from large_queue.backends import Evaluate, LogPut, Read
 from large_queue.backends.conditions import (
@@ -265,7 +265,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     else queue.receipts.still_names(txn_id, replacing)
                 )
                 first, now_ms = queue.appender.reserve_stamped(
-                    count, overwrite=overwrite, receipt=(receipt_put, guard, txn_id)
+                    count, overwrite=overwrite, receipt=ReceiptWrite(receipt_put, guard, txn_id)
                 )
                 queue.appender.publish(first, values, now_ms)
             return range(first, first + count)

@@ -93,6 +93,14 @@ ATTEMPTS = 3
 RESERVED_AT = "now"
 
 
+class ReceiptWrite(NamedTuple):
+    """What a reservation with a caller's txn id writes and requires (see :mod:`large_queue._receipts`)."""
+
+    put: LogPut  #: the receipt's write, in the reservation's command
+    guard: Bound  #: what the receipt log must hold for the reservation to go ahead
+    txn_id: str
+
+
 class Duplicate(Exception):
     """A reservation with a txn id was refused: the txn already has a receipt (``receipt``, as stored)."""
 
@@ -211,14 +219,12 @@ class Appender:
 
     # --- reserve ------------------------------------------------------------------------
 
-    def reserve(
-        self, count: int, *, overwrite: bool, receipt: tuple[LogPut, Condition, str] | None = None
-    ) -> int:
+    def reserve(self, count: int, *, overwrite: bool, receipt: ReceiptWrite | None = None) -> int:
         """Take the next ``count`` offsets; return the first. One command (see :meth:`reserve_stamped`)."""
         return self.reserve_stamped(count, overwrite=overwrite, receipt=receipt)[0]
 
     def reserve_stamped(
-        self, count: int, *, overwrite: bool, receipt: tuple[LogPut, Condition, str] | None = None
+        self, count: int, *, overwrite: bool, receipt: ReceiptWrite | None = None
     ) -> tuple[int, int]:
         """Take the next ``count`` offsets; return the first, and the store's clock (ms) then. One command.
 
@@ -226,17 +232,14 @@ class Appender:
         ``enqueued_at_ms`` is the store's, whatever the producer's clock says.
 
         ``QueueFullError`` (nothing reserved) when fewer than ``count`` slots
-        are free and not ``overwrite``. ``receipt`` is ``(the receipt's write,
-        the guard on the receipt log, txn id)`` (:mod:`large_queue._receipts`):
+        are free and not ``overwrite``. ``receipt`` (:mod:`large_queue._receipts`) is
         written by the same command; :class:`Duplicate` if the guard refused it.
         """
         capacity = self.shape.capacity
         if receipt is not None:
-            put, receipt_guard, _ = receipt
-            assert isinstance(receipt_guard, Bound)
-            values = {"incarnation": self.incarnation, "room": capacity - count, **receipt_guard.values}
-            guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt_guard.template), values)
-            operations = (*_reserving(count, capacity if overwrite else None), put)
+            values = {"incarnation": self.incarnation, "room": capacity - count, **receipt.guard.values}
+            guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt.guard.template), values)
+            operations = (*_reserving(count, capacity if overwrite else None), receipt.put)
             send: Callable[[], dict[str, Any]] = functools.partial(
                 self.backend.operate, self.keys.metadata, operations, condition=guard_both
             )
@@ -274,7 +277,7 @@ class Appender:
             return tail - count, result[RESERVED_AT]
         raise AssertionError("ATTEMPTS must be positive")
 
-    def _refusal(self, count: int, receipt: tuple[LogPut, Condition, str] | None) -> Exception:
+    def _refusal(self, count: int, receipt: ReceiptWrite | None) -> Exception:
         """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
         ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
         self.counters.add(commands=1)
@@ -282,9 +285,9 @@ class Appender:
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
             return replaced_error(self.keys.name, created_again=record is not None)
         receipts = record.bins.get(rec.RECEIPTS)
-        if receipt is not None and type(receipts) is dict and receipt[2] in receipts:
-            stored = receipts[receipt[2]]
-            required = receipt[1].values.get("first") if isinstance(receipt[1], Bound) else None
+        if receipt is not None and type(receipts) is dict and receipt.txn_id in receipts:
+            stored = receipts[receipt.txn_id]
+            required = receipt.guard.values.get("first")
             if required is None or not (type(stored) is list and len(stored) > 1 and stored[1] == required):
                 return Duplicate(stored)  # not the receipt the guard required: the caller reads it
         used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
@@ -455,4 +458,14 @@ class Appender:
         )
 
 
-__all__ = ["ATTEMPTS", "RESERVED_AT", "Appender", "Duplicate", "SlotRun", "pairs", "slots_below", "tombstone"]
+__all__ = [
+    "ATTEMPTS",
+    "RESERVED_AT",
+    "Appender",
+    "Duplicate",
+    "ReceiptWrite",
+    "SlotRun",
+    "pairs",
+    "slots_below",
+    "tombstone",
+]

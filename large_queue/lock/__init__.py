@@ -376,11 +376,14 @@ class QueueLock:
         known: dict[str, Any] | None = None,
         *,
         same_queue: bool = True,
+        count_unknown: bool = True,
     ) -> None:
         """Write to the metadata record only while ``grant`` holds the lock (see :mod:`large_queue._guarded`).
 
         ``same_queue`` also requires the queue to be the one this lock was
-        opened on. ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``.
+        opened on. ``known`` (offsets, entries) is attached to an ``OutcomeUnknownError``,
+        which is counted in ``outcomes_unknown`` unless ``count_unknown`` is False
+        (the caller may still settle the outcome, and counts it if it cannot).
         """
         try:
             guarded_write(
@@ -389,7 +392,7 @@ class QueueLock:
                 operations,
                 self.held_by(grant, self.incarnation if same_queue else None),
                 lost=lambda: self.replaced() or self._lost(grant, what),
-                unknown=lambda cause: self._unknown(grant, what, known, cause),
+                unknown=lambda cause: self._unknown(grant, what, known, cause, count_unknown),
                 sent=lambda: self.counters.add(commands=1),
             )
         except errors.RecordNotFoundError:  # deleted meanwhile, by another process
@@ -410,9 +413,15 @@ class QueueLock:
         )
 
     def _unknown(
-        self, grant: LockGrant, what: str, known: dict[str, Any] | None, cause: errors.BackendTimeoutError
+        self,
+        grant: LockGrant,
+        what: str,
+        known: dict[str, Any] | None,
+        cause: errors.BackendTimeoutError,
+        counted: bool = True,
     ) -> errors.OutcomeUnknownError:
-        self.counters.add(outcomes_unknown=1)
+        if counted:
+            self.counters.add(outcomes_unknown=1)
         return errors.OutcomeUnknownError(
             f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may or may not"
             f" have been applied; it was not repeated blindly. {RECOVERY}",
@@ -468,9 +477,10 @@ class QueueLock:
             return
         operations.append(receipt)
         try:
-            self._guarded(grant, operations, "the commit", known)
+            self._guarded(grant, operations, "the commit", known, count_unknown=False)
         except errors.OutcomeUnknownError:
             if not self._left_receipt(grant.txn_id):
+                self.counters.add(outcomes_unknown=1)
                 raise
 
     def _left_receipt(self, txn_id: str) -> bool:
@@ -485,10 +495,7 @@ class QueueLock:
             found = self.backend.operate(self.keys.metadata, [MapGet(RECEIPTS, txn_id)])
         except errors.LargeQueueError:
             return False
-        if found.get(RECEIPTS) is None:
-            return False
-        self.counters.add(outcomes_unknown=-1)  # counted by _unknown, and settled after all
-        return True
+        return found.get(RECEIPTS) is not None
 
     def release(self, grant: LockGrant) -> None:
         """Release without changing head or tail.

@@ -173,6 +173,21 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
     return checked
 
 
+def check_entry(entry: Any, limit_bytes: int, encoding: str = NATIVE) -> Any:
+    """:func:`check_entries` of one entry: the entry as ``encoding`` stores it.
+
+    A flat native entry is checked and sized at once; anything else (and
+    every refusal, with its message) goes the way of a batch.
+    """
+    if encoding == NATIVE and type(entry) is dict and _flat_and_plain(entry):
+        try:
+            if len(_ENCODER.encode(entry)) <= limit_bytes:
+                return entry
+        except (UnicodeEncodeError, TypeError):
+            pass  # refused below, with the message a batch gives
+    return check_entries([entry], limit_bytes, encoding)[0]
+
+
 def _flat_and_plain(entry: dict[Any, Any]) -> bool:
     """True if every key of ``entry`` is a str and every value a str or a 64-bit int, none with a NUL."""
     for key, item in entry.items():

@@ -60,7 +60,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from large_queue import errors
-from large_queue._entries import check_entries
+from large_queue._entries import check_entry
 from large_queue._lifecycle import positive_int
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class Producer:
         closed (``InvalidArgumentError``). Blocks while ``max_pending`` entries
         are unresolved.
         """
-        (checked,) = check_entries([value], self.queue.max_entry_bytes, self.queue.encoding)
+        checked = check_entry(value, self.queue.max_entry_bytes, self.queue.encoding)
         with self._work:
             while not self._closed and self._sent - self._resolved >= self.max_pending:
                 self._room.wait()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import _lifecycle, _receipts, _retention, errors
 from large_queue import _records as rec
-from large_queue._entries import NATIVE, check_entries, decode_entry
+from large_queue._entries import NATIVE, check_entries, check_entry, decode_entry
 from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
@@ -321,7 +321,8 @@ class Queue:
         producers append without the lock). With ``txn_id`` the call is
         idempotent: see :meth:`enqueue_batch`.
         """
-        return self.enqueue_batch([entry], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
+        checked = check_entry(entry, self.max_entry_bytes, self.encoding)
+        return self._append_checked([checked], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
 
     def enqueue_batch(
         self, entries: Iterable[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
@@ -345,7 +346,7 @@ class Queue:
 
     def _enqueue_as(self, entry: Any, holder: str | int, overwrite_if_full: bool) -> int:
         """An enqueue whose txn id names the lock holder only, as the reference API's does (no receipt)."""
-        values = check_entries([entry], self.max_entry_bytes, self.encoding)
+        values = [check_entry(entry, self.max_entry_bytes, self.encoding)]
         return self._append_checked(
             values, txn_id=holder, overwrite_if_full=overwrite_if_full, receipt=False
         ).start

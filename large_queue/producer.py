@@ -151,7 +151,7 @@ class Producer:
         self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity)
         self.max_pending = positive_int("max_pending", max_pending)
         self.overwrite_if_full = bool(overwrite_if_full)
-        lock = threading.Lock()
+        lock = self._lock = threading.Lock()  # taken directly where no one waits (a send's common path)
         self._work = threading.Condition(lock)  # the producer thread waits for entries
         self._room = threading.Condition(lock)  # senders wait for fewer than max_pending unresolved
         self._done = threading.Condition(lock)  # flushers wait for their entries to resolve
@@ -184,7 +184,7 @@ class Producer:
         are unresolved.
         """
         checked = check_entry(value, self.queue.max_entry_bytes, self.queue.encoding)
-        with self._work:
+        with self._lock:
             while not self._closed and self._sent - self._resolved >= self.max_pending:
                 self._room.wait()
             if self._closed:
@@ -194,13 +194,14 @@ class Producer:
             if not values:
                 batch.born = time.monotonic()
             values.append(checked)
+            index = len(values) - 1  # taken under the lock: other senders append to the same batch
             self._sent += 1
             if len(values) >= self.max_batch:  # full: it goes next, and sends start another
                 self._full.append(batch)
                 self._open = _Batch()
             if len(values) == 1 or len(values) >= self.max_batch:
                 self._work.notify()
-        return OffsetFuture(batch, len(values) - 1)
+        return OffsetFuture(batch, index)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what waits at once and wait until every entry sent before this call is resolved.

@@ -90,6 +90,42 @@ def test_many_threads_keep_their_order_in_few_batches(store: Store, appends: str
     assert queue.stats().enqueue_calls <= entries / 20  # batched
 
 
+def _send_from_threads(queue: Queue, threads: int, sends: int) -> dict[int, list[OffsetFuture]]:
+    """Each of ``threads`` threads sends ``sends`` entries through one producer, all in one batch."""
+    futures: dict[int, list[OffsetFuture]] = {}
+    start = threading.Barrier(threads)
+
+    def sending(producer: Producer, thread: int) -> None:
+        start.wait()
+        futures[thread] = [producer.send({"thread": thread, "n": n}) for n in range(sends)]
+
+    with queue.producer(linger=0.05, max_batch=threads * sends) as producer:
+        workers = [threading.Thread(target=sending, args=(producer, t)) for t in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    return futures
+
+
+def test_every_future_names_its_own_entry_when_threads_switch_often(store: Store) -> None:
+    """A send's place in its batch is taken while it holds the producer's lock, not after."""
+    threads, sends = 8, 1500
+    interval = sys.getswitchinterval()
+    for _ in range(4):  # a wrong place shows in most rounds: four make it all but certain
+        queue = store.new_queue(capacity=threads * sends, slots_per_record=100, appends="reserve")
+        sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes, as on a busy machine
+        try:
+            futures = _send_from_threads(queue, threads, sends)
+        finally:
+            sys.setswitchinterval(interval)
+        stored = {entry.offset: entry.value for entry in drain(queue)}
+        for thread, sent in futures.items():
+            assert [stored[future.result(timeout=0)] for future in sent] == [
+                {"thread": thread, "n": n} for n in range(sends)
+            ]
+
+
 def test_a_bad_entry_raises_at_send_and_spoils_nothing(store: Store) -> None:
     queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
     with queue.producer(linger=NEVER) as producer:

@@ -35,6 +35,13 @@ The failure story of a lock-free enqueue with a txn id, as a timeline
            40..41 with a tombstone (nothing of it visible). The call then
            reserves again, guarded by "t9's receipt still names 40" so two
            such calls cannot both reserve, and publishes the new offsets.
+    t=9.0  Had it come back later still, a later lap would have reused the
+           slots of 40..41: they no longer tell closed from published and
+           consumed. The reader that closed them recorded the run 40+2 in
+           the metadata's closed runs (bin ``closed_runs``, after its
+           tombstones were in), so the call still knows it was closed and
+           reserves again. Without that record (the reader died first) the
+           call raises ``OutcomeUnknownError``: it cannot be told.
 
 With the lock (``appends="lock"``, and every dequeue) the receipt is written
 by the commit. The retry's acquire reads the receipt in the same command and
@@ -152,6 +159,12 @@ def parse(queue: str, txn_id: str, value: Any) -> Receipt:
 
 
 @functools.lru_cache(maxsize=64)
+def _closed_template(keep: int, age_ms: int) -> LogPut:
+    first = Param("first")
+    return LogPut(rec.CLOSED_RUNS, first, (NowMs(), first, Param("n")), keep, age_ms)
+
+
+@functools.lru_cache(maxsize=64)
 def _template(first: Any, keep: int, age_ms: int) -> LogPut:
     return LogPut(rec.RECEIPTS, Param("txn"), (NowMs(), first, Param("n"), Param("op")), keep, age_ms)
 
@@ -175,6 +188,15 @@ class Receipts:
             "op": operation,
         }
         return self._put(_GIVEN_FIRST, values)
+
+    def closed_run(self, first: int, count: int) -> LogPut:
+        """The mark of ``count`` reserved offsets from ``first`` closed before they were published.
+
+        Kept in its own log, bounded as the receipts are: a mark is written
+        after the receipt it concerns, so it stays at least as long.
+        """
+        put = _closed_template(self.keep, self.age_ms)
+        return dataclasses.replace(put, values={"first": first, "n": count})
 
     def reserved(self, txn_id: str, count: int) -> LogPut:
         """The receipt a lock-free reservation of ``count`` offsets writes (after its tail grew)."""
@@ -291,7 +313,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     continue
                 queue.counters.add(repeats_answered=1)
                 return receipt.offsets
-            if state == CLOSED:
+            if state == CLOSED or _closed_run_names(queue, receipt):
                 replacing = receipt.offsets.start
                 continue
             raise _reused(queue, receipt) from None
@@ -328,6 +350,29 @@ def _reservation_state(queue: Queue, receipt: Receipt) -> str:
     except ValueError as exc:
         raise queue.prefix.corrupt(last, str(exc)) from None
     return kind
+
+
+def _closed_run_names(queue: Queue, receipt: Receipt) -> bool:
+    """True if a recorded closed run overlaps the receipt's reservation (one read).
+
+    A reservation is published by commands guarded by its own slots, so a
+    tombstone on any of its offsets (on a spanning batch's last) means none
+    of it was ever visible. Offsets are absolute: a run closed in another lap
+    cannot overlap.
+    """
+    queue.counters.add(commands=1)
+    try:
+        found = queue.backend.operate(queue.keys.metadata, [Read(rec.CLOSED_RUNS)])
+    except errors.LargeQueueError:
+        return False
+    runs = found.get(rec.CLOSED_RUNS)
+    if type(runs) is not dict:
+        return False
+    offsets = receipt.offsets
+    return any(
+        type(run) is list and len(run) == 3 and run[1] < offsets.stop and offsets.start < run[1] + run[2]
+        for run in runs.values()
+    )
 
 
 def _reused(queue: Queue, receipt: Receipt) -> errors.OutcomeUnknownError:
@@ -403,6 +448,12 @@ def _with_receipt(queue: Queue, receipt: Receipt) -> Outcome:
         return Outcome(txn_id=receipt.txn_id, state=PENDING_STATE, receipt=receipt, detail=detail)
     if state == CLOSED:
         detail = "reserved, then closed by a reader before it was published: nothing of it is in the queue"
+        return Outcome(txn_id=receipt.txn_id, state=NOT_COMMITTED, receipt=receipt, detail=detail)
+    if _closed_run_names(queue, receipt):
+        detail = (
+            "reserved, then closed before it was published (the closed runs say so; its slots have been"
+            " reused since): nothing of it is in the queue"
+        )
         return Outcome(txn_id=receipt.txn_id, state=NOT_COMMITTED, receipt=receipt, detail=detail)
     return Outcome(
         txn_id=receipt.txn_id,

@@ -71,6 +71,9 @@ HOLE_MS = "hole_ms"  # format 3: how long a reservation may stay unpublished bef
 PUBLISHED = "published"  # format 3: every offset below it is published or closed (a hint that only grows)
 GROUPS = "groups"  # the names of the queue's consumer groups (absent: none); written under the lock
 RECEIPTS = "receipts"  # txn id -> [store ms, first offset, count, "e" | "d"]: see large_queue._receipts
+#: first offset -> [store ms, first offset, count] of each run of reserved offsets a reader (or its own
+#: producer) closed: what tells a closed reservation from a published one after its slots are reused
+CLOSED_RUNS = "closed_runs"
 RECEIPT_KEEP = "rcpt_keep"  # how many receipts the log keeps at most (absent: the default)
 RECEIPT_AGE_MS = "rcpt_age_ms"  # how long the log keeps a receipt, in ms (absent: the default)
 MAX_AGE_MS = "max_age_ms"  # entries older than this (ms, store's clock) leave from the head (absent: none)

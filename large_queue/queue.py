@@ -163,7 +163,12 @@ class Queue:
             stamped=metadata.reserved,
         )
         self.appender = Appender(
-            backend, self.keys, self.shape, incarnation=metadata.incarnation or "", counters=self.counters
+            backend,
+            self.keys,
+            self.shape,
+            incarnation=metadata.incarnation or "",
+            counters=self.counters,
+            closed_mark=self.receipts.closed_run,
         )
         self.prefix = PrefixReader(
             backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters

@@ -204,3 +204,23 @@ def test_a_call_that_finds_its_reservation_closed_says_so_in_its_receipt(store: 
     queue.dequeue_batch(6)
     assert queue.enqueue("a", txn_id="t1") == 12  # the retry reserves anew
     assert queue.outcome("t1").committed
+
+
+def test_a_dead_producers_reservation_closed_by_a_reader_is_told_apart_after_its_slots_are_reused(
+    store: Store,
+) -> None:
+    """A producer dies between its reservation and its publish; a reader closes the hole; laps go by."""
+    backend, queue = _faulty(store, appends="reserve")  # capacity 12
+    backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # it never publishes
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue_batch(["a", "b"], txn_id="dead")
+    queue.appender.close(0, 2)  # what a reader does after the hole timeout
+    queue.enqueue_batch(["lap-0"] * 10)  # offsets 2..11
+    assert len(queue.dequeue_batch(12)) == 10
+    queue.enqueue_batch(["lap-1"] * 12)  # offsets 12..23: slots 0 and 1 now hold 12 and 13
+    assert len(queue.dequeue_batch(12)) == 12
+    outcome = queue.outcome("dead")
+    assert outcome.state == "not committed" and "closed" in outcome.detail, outcome
+    assert queue.enqueue_batch(["a", "b"], txn_id="dead") == range(24, 26)  # the restarted caller's retry
+    assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b"]
+    assert queue.outcome("dead").committed

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -86,6 +87,8 @@ from large_queue.backends.conditions import (
     sub,
 )
 from large_queue.lock import replaced_error
+
+log = logging.getLogger("large_queue")
 
 #: tries of a reserve or publish that times out
 ATTEMPTS = 3
@@ -209,10 +212,13 @@ class Appender:
         *,
         incarnation: str,
         counters: Counters,
+        closed_mark: Callable[[int, int], Operation] | None = None,
     ) -> None:
         self.backend = backend
         self.keys = keys
         self.shape = shape
+        #: the metadata write that records a closed run ``(first offset, count)`` (see :meth:`close`)
+        self.closed_mark = closed_mark
         self.incarnation = incarnation
         self.counters = counters
         self._reserve_one: Callable[[], dict[str, Any]] | None = None  # built at the first single reserve
@@ -363,6 +369,28 @@ class Appender:
             self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)], published=False
         )
         self.counters.add(holes_closed=1)
+        self._mark_closed_run(start, len(run))
+
+    def _mark_closed_run(self, start: int, count: int) -> None:
+        """Record in the metadata record that ``count`` offsets from ``start`` were closed (one command).
+
+        Written only after the tombstones are in: a mark is always true. Once
+        a later lap reuses the slots, it is what tells the receipt of a
+        reservation closed here from one published and consumed
+        (:func:`large_queue._receipts.outcome`). Without it (the write failed,
+        the closer died first) such a receipt stays "unknown", which is true too.
+        """
+        if self.closed_mark is None:
+            return
+        self.counters.add(commands=1)
+        try:
+            self.backend.operate(
+                self.keys.metadata,
+                [self.closed_mark(start, count)],
+                condition=Bound(_SAME_QUEUE, {"incarnation": self.incarnation}),
+            )
+        except errors.LargeQueueError:
+            log.debug("could not record the closed run %d+%d of queue %r", start, count, self.keys.name)
 
     def _put_slots(
         self,

@@ -34,10 +34,11 @@ DEFAULT_MIN_SLOT_BYTES = 1024
 # buffer record (about 100 s for a million on Aerospike here), and each record holds
 # 64 bytes of Aerospike's primary index in memory on every node.
 MAX_RECORD_COUNT = 1_000_000
-#: bounds of the receipt log: a receipt of the longest txn id takes about RECEIPT_BYTES of the metadata record
+#: bounds of the receipt log: a receipt of the longest txn id takes about 170 bytes of the metadata record,
+#: and the log of closed runs beside it (as many, at most) about 30 more each
 MIN_RECEIPTS = 2
 MAX_RECEIPTS = 4000
-RECEIPT_BYTES = 170
+RECEIPT_BYTES = 200
 #: a create records its progress every this many buffer records, so that deleting
 #: an interrupted create touches only the records it made
 CREATE_PROGRESS_EVERY = 1000

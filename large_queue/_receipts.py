@@ -62,7 +62,7 @@ from large_queue import _records as rec
 from large_queue import errors
 from large_queue.appends import Duplicate, ReceiptWrite
 from large_queue.appends._prefix import CLOSED, ENTRY, PENDING, kind_of
-from large_queue.backends import Evaluate, LogPut, Read
+from large_queue.backends import LogPut, Read
 from large_queue.backends.conditions import (
     BinExists,
     Bound,
@@ -76,6 +76,7 @@ from large_queue.backends.conditions import (
     eq,
     sub,
 )
+from large_queue.lock import READ_STORE_CLOCK, STORE_CLOCK
 
 if TYPE_CHECKING:
     from large_queue.queue import Entry, Queue
@@ -393,7 +394,7 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
     try:
         found = queue.backend.operate(
             queue.keys.metadata,
-            [Read(rec.RECEIPTS), Read(rec.LOCK_OWNER), Read(rec.INCARNATION), Evaluate("now", NowMs())],
+            [Read(rec.RECEIPTS), Read(rec.LOCK_OWNER), Read(rec.INCARNATION), READ_STORE_CLOCK],
         )
     except errors.RecordNotFoundError:
         raise queue.lock.replaced_error(created_again=False) from None
@@ -412,7 +413,7 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
             detail="the txn holds the queue's lock: its commit may still be applied; call again with the same"
             " txn_id to finish it",
         )
-    now_ms: int = found["now"]
+    now_ms: int = found[STORE_CLOCK]
     covered_ms = _covered_ms(log, now_ms, queue.receipts)
     asked_ms = queue.receipts.age_ms if within is None else round(within * 1000)
     if covered_ms >= asked_ms:

@@ -74,16 +74,6 @@ class Entry:
     enqueued_at_ms: int
 
 
-def _entry_at(offset: int, value: Any, enqueued_at_ms: int) -> Entry:
-    """An :class:`Entry`, made as quickly as :func:`large_queue._frozen.frozen` makes one."""
-    entry: Entry = _new_object(Entry)
-    entry.__dict__.update(offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
-    return entry
-
-
-_new_object = object.__new__
-
-
 @dataclass(frozen=True, kw_only=True)
 class QueueInfo:
     """A snapshot of a queue's metadata record."""
@@ -617,7 +607,8 @@ class Queue:
                 slots.update(zip(run, got[start : start + len(run)], strict=True))
         settled = self.prefix.settle(head, stop, slots.__getitem__)
         if self.encoding == NATIVE:  # values as stored: no call per entry
-            return grant, [_entry_at(o, v, at) for o, v, at in settled.entries], settled
+            entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
+            return grant, entries, settled
         return grant, [self._entry(*found) for found in settled.entries], settled
 
     def _entry_of(self, offset: int, found: tuple[Any, int]) -> Entry:

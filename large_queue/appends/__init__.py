@@ -60,7 +60,6 @@ from large_queue._stats import Counters
 from large_queue.backends import (
     Backend,
     Compute,
-    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -76,7 +75,6 @@ from large_queue.backends.conditions import (
     Condition,
     IntBin,
     ListRangeMax,
-    NowMs,
     Param,
     StrBin,
     all_of,
@@ -86,14 +84,13 @@ from large_queue.backends.conditions import (
     max_of,
     sub,
 )
-from large_queue.lock import replaced_error
+from large_queue.fencing import same_queue
+from large_queue.lock import READ_STORE_CLOCK, STORE_CLOCK, replaced_error
 
 log = logging.getLogger("large_queue")
 
 #: tries of a reserve or publish that times out
 ATTEMPTS = 3
-#: the result under which a reservation reads the store's clock: its entries' ``enqueued_at_ms``
-RESERVED_AT = "now"
 
 
 class ReceiptWrite(NamedTuple):
@@ -173,7 +170,7 @@ def _reserving(count: int, overwriting_capacity: int | None) -> tuple[Operation,
     if overwriting_capacity is not None:
         operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": overwriting_capacity}))
     operations.append(Read(rec.TAIL))
-    operations.append(Evaluate(RESERVED_AT, NowMs()))
+    operations.append(READ_STORE_CLOCK)
     return tuple(operations)
 
 
@@ -280,7 +277,7 @@ class Appender:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.add(reservations=1)
             tail: int = result[rec.TAIL]
-            return tail - count, result[RESERVED_AT]
+            return tail - count, result[STORE_CLOCK]
         raise AssertionError("ATTEMPTS must be positive")
 
     def _refusal(self, count: int, receipt: ReceiptWrite | None) -> Exception:
@@ -306,8 +303,8 @@ class Appender:
     def store_now(self) -> int:
         """The store's clock (ms), read by one command on the metadata record."""
         self.counters.add(commands=1)
-        found = self.backend.operate(self.keys.metadata, [Evaluate(RESERVED_AT, NowMs())])
-        now_ms: int = found[RESERVED_AT]
+        found = self.backend.operate(self.keys.metadata, [READ_STORE_CLOCK])
+        now_ms: int = found[STORE_CLOCK]
         return now_ms
 
     # --- publish ------------------------------------------------------------------------
@@ -387,7 +384,7 @@ class Appender:
             self.backend.operate(
                 self.keys.metadata,
                 [self.closed_mark(start, count)],
-                condition=Bound(_SAME_QUEUE, {"incarnation": self.incarnation}),
+                condition=same_queue(self.incarnation),
             )
         except errors.LargeQueueError:
             log.debug("could not record the closed run %d+%d of queue %r", start, count, self.keys.name)
@@ -488,7 +485,6 @@ class Appender:
 
 __all__ = [
     "ATTEMPTS",
-    "RESERVED_AT",
     "Appender",
     "Duplicate",
     "ReceiptWrite",

@@ -433,13 +433,11 @@ class Consumer:
         lost += len(lost_again)
         if expired:
             self.queue.counters.add(entries_expired=expired)  # said below, with the rest of the loss
-        if lost:
-            below = [o for o in (self._cursor, *self._inflight) if o < self._queue_head]
-            lowest = min([*lost_again, *below])
-            highest = max([*lost_again, *(o for o in self._inflight if o < self._queue_head)], default=-1)
+        if lost:  # what was lost: below the head (the cursor's run, in-flight offsets), and lost_again
+            gone = [*lost_again, *(o for o in self._inflight if o < self._queue_head)]
             if self._queue_head > self._cursor:
-                highest = max(highest, self._queue_head - 1)
-            self._lost_range = range(lowest, highest + 1)
+                gone += [self._cursor, self._queue_head - 1]
+            self._lost_range = range(min(gone), max(gone) + 1)
         if lost and self.on_data_loss == "fail":
             # Nothing is delivered this time, so that the error comes before any entry after the loss:
             # only the loss is committed (overwriting takes the oldest first, so the lost are a prefix).

@@ -131,8 +131,10 @@ class LockGrant:
     now_ms: int = 0
 
 
-#: the result under which an acquire reads the store's clock
-_NOW = "now"
+#: the result under which a command reads the store's clock (ms), and the operation that reads it:
+#: one object, so that stores build it once (the acquire, a reservation, an outcome lookup send it)
+STORE_CLOCK = "now"
+READ_STORE_CLOCK = Evaluate(STORE_CLOCK, NowMs())
 #: what an acquire does besides naming its owner: a new token, and the state the holder needs
 _TAKE_AND_READ = (
     Increment(FENCE_COUNTER, 1),
@@ -142,7 +144,7 @@ _TAKE_AND_READ = (
     Read(FENCE_COUNTER),
     Read(ERASED_BELOW),
     Read(GROUPS),
-    Evaluate(_NOW, NowMs()),
+    READ_STORE_CLOCK,
 )
 #: the lock has no owner, or its owner has been silent longer than the TTL
 _FREE_OR_EXPIRED = any_of(eq(StrBin(LOCK_OWNER), NO_OWNER), gt(SinceUpdateMs(), IntBin(LOCK_TTL_MS)))
@@ -280,7 +282,7 @@ class QueueLock:
             erased_below=state.get(ERASED_BELOW) or 0,
             groups=tuple(state.get(GROUPS) or ()),
             receipt=state.get(RECEIPTS) if receipt else None,
-            now_ms=state[_NOW],
+            now_ms=state[STORE_CLOCK],
         )
         broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
             NO_OWNER,
@@ -569,4 +571,13 @@ class Holding:
                 self._group.__exit__(exc_type, exc, tb)
 
 
-__all__ = ["Holding", "LockGrant", "LockPolicy", "QueueLock", "ReleasingOnError", "replaced_error"]
+__all__ = [
+    "READ_STORE_CLOCK",
+    "STORE_CLOCK",
+    "Holding",
+    "LockGrant",
+    "LockPolicy",
+    "QueueLock",
+    "ReleasingOnError",
+    "replaced_error",
+]

@@ -107,11 +107,12 @@ class OffsetFuture:
 
     def result(self, timeout: float | None = None) -> int:
         """The entry's offset; raises the batch's error, or ``TimeoutError`` after ``timeout`` seconds."""
-        error = self.exception(timeout)
+        batch = self._batch
+        error = batch.error if batch.resolved.is_set() else self.exception(timeout)
         if error is not None:
             raise error
-        assert self._batch.offsets is not None
-        return self._batch.offsets[self._index]
+        assert batch.offsets is not None
+        return batch.offsets[self._index]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error that failed the entry's batch, or None; ``TimeoutError`` after ``timeout`` seconds."""
@@ -151,6 +152,8 @@ class Producer:
         self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity)
         self.max_pending = positive_int("max_pending", max_pending)
         self.overwrite_if_full = bool(overwrite_if_full)
+        self._entry_limit = queue.max_entry_bytes  # fixed for the queue handle's life
+        self._encoding = queue.encoding
         lock = self._lock = threading.Lock()  # taken directly where no one waits (a send's common path)
         self._work = threading.Condition(lock)  # the producer thread waits for entries
         self._room = threading.Condition(lock)  # senders wait for fewer than max_pending unresolved
@@ -183,25 +186,30 @@ class Producer:
         closed (``InvalidArgumentError``). Blocks while ``max_pending`` entries
         are unresolved.
         """
-        checked = check_entry(value, self.queue.max_entry_bytes, self.queue.encoding)
+        checked = check_entry(value, self._entry_limit, self._encoding)
         with self._lock:
-            while not self._closed and self._sent - self._resolved >= self.max_pending:
-                self._room.wait()
-            if self._closed:
-                raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
+            if self._closed or self._sent - self._resolved >= self.max_pending:
+                self._wait_for_room()
             batch = self._open
             values = batch.values
-            if not values:
-                batch.born = time.monotonic()
             values.append(checked)
             index = len(values) - 1  # taken under the lock: other senders append to the same batch
             self._sent += 1
-            if len(values) >= self.max_batch:  # full: it goes next, and sends start another
+            if index + 1 >= self.max_batch:  # full: it goes next, and sends start another
                 self._full.append(batch)
                 self._open = _Batch()
-            if len(values) == 1 or len(values) >= self.max_batch:
+                self._work.notify()
+            elif not index:  # the first of a batch: it lingers from now
+                batch.born = time.monotonic()
                 self._work.notify()
         return OffsetFuture(batch, index)
+
+    def _wait_for_room(self) -> None:
+        """(holding the lock) Wait while ``max_pending`` entries are unresolved; raise if closed."""
+        while not self._closed and self._sent - self._resolved >= self.max_pending:
+            self._room.wait()
+        if self._closed:
+            raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send what waits at once and wait until every entry sent before this call is resolved.

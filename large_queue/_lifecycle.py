@@ -172,7 +172,8 @@ def create(
         metadata_bins[rec.MAX_AGE_MS] = max_age_ms
     reserved = appends == rec.RESERVED_APPENDS
     if reserved:
-        metadata_bins[rec.FORMAT] = rec.RESERVED_FORMAT_VERSION
+        metadata_bins[rec.FORMAT] = rec.MARKED_FORMAT_VERSION
+        metadata_bins[rec.SKIPPED_TO] = 0
         metadata_bins[rec.HOLE_MS] = max(1, round(hole_timeout * 1000))
         metadata_bins[rec.PUBLISHED] = 0
         metadata_bins[rec.LOCK_AT] = 0

@@ -81,6 +81,9 @@ from large_queue.lock import READ_STORE_CLOCK, STORE_CLOCK
 if TYPE_CHECKING:
     from large_queue.queue import Entry, Queue
 
+#: how far apart (ms) the clocks that stamp a receipt and a closed-run mark may be (nodes of a cluster)
+CLOCK_MARGIN_MS = 60_000
+
 log = logging.getLogger("large_queue")
 
 ENQUEUE = "e"
@@ -160,9 +163,10 @@ def parse(queue: str, txn_id: str, value: Any) -> Receipt:
 
 
 @functools.lru_cache(maxsize=64)
-def _closed_template(keep: int, age_ms: int) -> LogPut:
+def _closed_template(keep: int, age_ms: int, stated: bool) -> LogPut:
     first = Param("first")
-    return LogPut(rec.CLOSED_RUNS, first, (NowMs(), first, Param("n")), keep, age_ms)
+    items = (NowMs(), first, Param("n"), Param("state")) if stated else (NowMs(), first, Param("n"))
+    return LogPut(rec.CLOSED_RUNS, first, items, keep, age_ms)
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,14 +194,19 @@ class Receipts:
         }
         return self._put(_GIVEN_FIRST, values)
 
-    def closed_run(self, first: int, count: int) -> LogPut:
+    def closed_run(self, first: int, count: int, state: str | None = None) -> LogPut:
         """The mark of ``count`` reserved offsets from ``first`` closed before they were published.
 
-        Kept in its own log, bounded as the receipts are: a mark is written
-        after the receipt it concerns, so it stays at least as long.
+        ``state`` (format 4): :data:`~large_queue._records.CLOSING` before the
+        tombstones, :data:`~large_queue._records.CLOSED_RUN` after; None (format 3):
+        closed. Kept in its own log, bounded as the receipts are: a mark is
+        written after the receipt it concerns, so it stays at least as long.
         """
-        put = _closed_template(self.keep, self.age_ms)
-        return dataclasses.replace(put, values={"first": first, "n": count})
+        put = _closed_template(self.keep, self.age_ms, state is not None)
+        values: dict[str, int | str] = {"first": first, "n": count}
+        if state is not None:
+            values["state"] = state
+        return dataclasses.replace(put, values=values)
 
     def reserved(self, txn_id: str, count: int) -> LogPut:
         """The receipt a lock-free reservation of ``count`` offsets writes (after its tail grew)."""
@@ -314,9 +323,13 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     continue
                 queue.counters.add(repeats_answered=1)
                 return receipt.offsets
-            if state == CLOSED or _closed_run_names(queue, receipt):
+            settled = CLOSED if state == CLOSED else _after_reuse(queue, receipt)
+            if settled == CLOSED:
                 replacing = receipt.offsets.start
                 continue
+            if settled == ENTRY:  # published, and consumed since
+                queue.counters.add(repeats_answered=1)
+                return receipt.offsets
             raise _reused(queue, receipt) from None
     raise errors.LockNotAcquiredError(
         f"txn {txn_id!r} on queue {queue.name!r}: its reservation kept being closed or replaced by"
@@ -353,27 +366,54 @@ def _reservation_state(queue: Queue, receipt: Receipt) -> str:
     return kind
 
 
-def _closed_run_names(queue: Queue, receipt: Receipt) -> bool:
-    """True if a recorded closed run overlaps the receipt's reservation (one read).
+def _after_reuse(queue: Queue, receipt: Receipt) -> str | None:
+    """How a lock-free receipt's reservation, whose slots a later lap reused, was settled (one read).
 
-    A reservation is published by commands guarded by its own slots, so a
-    tombstone on any of its offsets (on a spanning batch's last) means none
-    of it was ever visible. Offsets are absolute: a run closed in another lap
-    cannot overlap.
+    CLOSED if a closed run overlaps it: a reservation is published by
+    commands guarded by its own slots, so a tombstone on any of its offsets
+    (on a spanning batch's last) means none of it was ever visible. Offsets
+    are absolute: a run closed in another lap cannot overlap.
+
+    ENTRY (published) in a format-4 queue when nothing marked it closing and
+    nothing may have skipped it: its slots were reused, and without a skip
+    a lap reuses only slots past published or closed offsets, while every
+    closer marks a run before it closes it. That needs the marks of its time
+    to be all there: none aged out of the log, and the log never full since.
+
+    None: it cannot be told (a closing mark without its closed mark, an
+    overwriting producer or a group's head moved past it, a format-3 queue,
+    or marks of its time may be gone).
     """
     queue.counters.add(commands=1)
     try:
-        found = queue.backend.operate(queue.keys.metadata, [Read(rec.CLOSED_RUNS)])
+        found = queue.backend.operate(
+            queue.keys.metadata, [Read(rec.CLOSED_RUNS), Read(rec.SKIPPED_TO), READ_STORE_CLOCK]
+        )
     except errors.LargeQueueError:
-        return False
-    runs = found.get(rec.CLOSED_RUNS)
-    if type(runs) is not dict:
-        return False
+        return None
+    log = found.get(rec.CLOSED_RUNS)
+    runs = [run for run in log.values() if _is_run(run)] if type(log) is dict else []
     offsets = receipt.offsets
-    return any(
-        type(run) is list and len(run) == 3 and run[1] < offsets.stop and offsets.start < run[1] + run[2]
-        for run in runs.values()
-    )
+    closing = False
+    for run in runs:
+        if run[1] < offsets.stop and offsets.start < run[1] + run[2]:
+            if len(run) == 3 or run[3] == rec.CLOSED_RUN:
+                return CLOSED
+            closing = True
+    skipped = found.get(rec.SKIPPED_TO)
+    if closing or not queue.marked or type(skipped) is not int or offsets.start < skipped:
+        return None
+    since = receipt.at_ms - CLOCK_MARGIN_MS  # marks are stamped after the reservation, maybe on another node
+    if since <= found[STORE_CLOCK] - queue.receipts.age_ms:
+        return None  # marks of its time may have aged out of the log
+    if sum(1 for run in runs if run[0] >= since) >= queue.receipts.keep - 1:
+        return None  # the log has been full since: a mark of its time may have been pushed out
+    return ENTRY
+
+
+def _is_run(run: Any) -> bool:
+    """A closed-run mark as stored: [store ms, first offset, count] (+ its state in format 4)."""
+    return type(run) is list and len(run) in (3, 4) and all(type(item) is int for item in run[:3])
 
 
 def _reused(queue: Queue, receipt: Receipt) -> errors.OutcomeUnknownError:
@@ -450,12 +490,19 @@ def _with_receipt(queue: Queue, receipt: Receipt) -> Outcome:
     if state == CLOSED:
         detail = "reserved, then closed by a reader before it was published: nothing of it is in the queue"
         return Outcome(txn_id=receipt.txn_id, state=NOT_COMMITTED, receipt=receipt, detail=detail)
-    if _closed_run_names(queue, receipt):
+    settled = _after_reuse(queue, receipt)
+    if settled == CLOSED:
         detail = (
             "reserved, then closed before it was published (the closed runs say so; its slots have been"
             " reused since): nothing of it is in the queue"
         )
         return Outcome(txn_id=receipt.txn_id, state=NOT_COMMITTED, receipt=receipt, detail=detail)
+    if settled == ENTRY:
+        detail = (
+            "published: its slots have been reused since, which follows only a published or closed"
+            " reservation, and no reader marked it closing"
+        )
+        return Outcome(txn_id=receipt.txn_id, state=COMMITTED, receipt=receipt, detail=detail)
     return Outcome(
         txn_id=receipt.txn_id,
         state=UNKNOWN,

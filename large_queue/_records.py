@@ -33,7 +33,14 @@ FORMAT_VERSION = 1
 ENCODED_FORMAT_VERSION = 2
 # Format 3: format 2 whose producers reserve offsets and publish them without the lock.
 RESERVED_FORMAT_VERSION = 3
-FORMATS = (FORMAT_VERSION, ENCODED_FORMAT_VERSION, RESERVED_FORMAT_VERSION)
+# Format 4: format 3 whose readers mark a run as being closed before they close it, and whose
+# head moves that may pass unpublished offsets are recorded (``skipped_to``), so that a receipt
+# of a reservation whose slots were reused can be told published; a library that knows only
+# format 3 would close runs unmarked, so it must refuse the queue.
+MARKED_FORMAT_VERSION = 4
+FORMATS = (FORMAT_VERSION, ENCODED_FORMAT_VERSION, RESERVED_FORMAT_VERSION, MARKED_FORMAT_VERSION)
+#: formats whose producers reserve offsets
+RESERVED_FORMATS = (RESERVED_FORMAT_VERSION, MARKED_FORMAT_VERSION)
 #: how producers append: under the queue lock, or by reserving offsets (format 3)
 LOCKED_APPENDS = "lock"
 RESERVED_APPENDS = "reserve"
@@ -72,8 +79,15 @@ PUBLISHED = "published"  # format 3: every offset below it is published or close
 GROUPS = "groups"  # the names of the queue's consumer groups (absent: none); written under the lock
 RECEIPTS = "receipts"  # txn id -> [store ms, first offset, count, "e" | "d"]: see large_queue._receipts
 #: first offset -> [store ms, first offset, count] of each run of reserved offsets a reader (or its own
-#: producer) closed: what tells a closed reservation from a published one after its slots are reused
+#: producer) closed: what tells a closed reservation from a published one after its slots are reused.
+#: Format 4 adds a fourth item: CLOSING while the run is being closed, CLOSED once its tombstones are in
 CLOSED_RUNS = "closed_runs"
+CLOSING = "i"
+CLOSED_RUN = "c"
+#: format 4: the head was moved to here by a command that may pass unpublished offsets (a producer
+#: overwriting the oldest entries, a consumer group's head): a reservation below it may have been
+#: skipped unpublished. Only grows
+SKIPPED_TO = "skipped_to"
 RECEIPT_KEEP = "rcpt_keep"  # how many receipts the log keeps at most (absent: the default)
 RECEIPT_AGE_MS = "rcpt_age_ms"  # how long the log keeps a receipt, in ms (absent: the default)
 MAX_AGE_MS = "max_age_ms"  # entries older than this (ms, store's clock) leave from the head (absent: none)
@@ -106,6 +120,7 @@ STATE_BINS = (
     RECEIPT_KEEP,
     RECEIPT_AGE_MS,
     MAX_AGE_MS,
+    SKIPPED_TO,
 )
 
 # buffer bins (the fence bins share their names with the metadata counter's)
@@ -252,6 +267,8 @@ class Metadata:
     receipt_keep: int = DEFAULT_RECEIPT_KEEP
     receipt_age_ms: int = int(DEFAULT_RECEIPT_AGE * 1000)
     max_age_ms: int | None = None  # retention by age (see large_queue._retention); None: none
+    #: format 4: runs are marked before they are closed, and head moves that may skip are recorded
+    marked: bool = False
 
     @property
     def reserved(self) -> bool:
@@ -293,8 +310,9 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
             f" (this library reads {', '.join(map(str, FORMATS))})"
         )
     encoding = bins.get(ENCODING) if bins[FORMAT] != FORMAT_VERSION else NATIVE
-    reserved = bins[FORMAT] == RESERVED_FORMAT_VERSION
-    for name in (HOLE_MS, PUBLISHED) if reserved else ():
+    reserved = bins[FORMAT] in RESERVED_FORMATS
+    marked = bins[FORMAT] == MARKED_FORMAT_VERSION
+    for name in (HOLE_MS, PUBLISHED, *((SKIPPED_TO,) if marked else ())) if reserved else ():
         if type(bins.get(name)) is not int:
             raise corrupt(f"bin {name!r} is missing or not an integer")
     for name in (RECEIPT_KEEP, RECEIPT_AGE_MS, MAX_AGE_MS):
@@ -334,6 +352,7 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
         receipt_keep=bins.get(RECEIPT_KEEP, DEFAULT_RECEIPT_KEEP),
         receipt_age_ms=bins.get(RECEIPT_AGE_MS, int(DEFAULT_RECEIPT_AGE * 1000)),
         max_age_ms=bins.get(MAX_AGE_MS),
+        marked=marked,
     )
 
 

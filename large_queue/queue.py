@@ -138,6 +138,8 @@ class Queue:
         self._idle = IdlePoller()  # waiting dequeues of this handle poll no faster than it allows
         #: producers append by reserving offsets, without the lock (see :mod:`large_queue.appends`)
         self.reserved = metadata.reserved
+        #: format 4: closers mark runs first, and head moves that may skip are recorded
+        self.marked = metadata.marked
         self.hole_timeout = metadata.hole_timeout_ms / 1000
         #: the receipt log's bounds and operations (see :mod:`large_queue._receipts`)
         self.receipts = _receipts.Receipts(metadata.receipt_keep, metadata.receipt_age_ms)
@@ -159,6 +161,7 @@ class Queue:
             incarnation=metadata.incarnation or "",
             counters=self.counters,
             closed_mark=self.receipts.closed_run,
+            marked=metadata.marked,
         )
         self.prefix = PrefixReader(
             backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters
@@ -595,6 +598,28 @@ class Queue:
         """Read up to ``max_entries`` slots from the head under the lock, and settle them."""
         head = grant.head
         stop = head + min(max_entries, grant.tail - head)
+        per_record = self.shape.slots_per_record
+        first = head % per_record
+        if stop - head <= per_record - first:  # one run of one record: the common dequeue
+            grant, got = self._buffer_command(
+                grant, self.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
+            )
+            if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
+                got = [*got, *[None] * (stop - head - len(got))]
+            settled = self.prefix.settle(head, stop, lambda offset: got[offset - head])
+        else:
+            grant, slots = self._read_slots(grant, head, stop)
+            settled = self.prefix.settle(head, stop, slots.__getitem__)
+        if self.encoding == NATIVE:  # values as stored: no call per entry
+            entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
+            return grant, entries, settled
+        return grant, [self._entry(*found) for found in settled.entries], settled
+
+    def _read_slots(self, grant: LockGrant, head: int, stop: int) -> tuple[LockGrant, dict[int, Any]]:
+        """The slots of offsets ``[head, stop)``, one command per buffer record, under the lock.
+
+        Returns the (possibly renewed) grant and the slots by offset.
+        """
         slots: dict[int, Any] = {}
         for record, runs in self.shape.runs(head, stop).items():
             first = min(self.shape.slot_of(run.start) for run in runs)
@@ -605,11 +630,7 @@ class Queue:
             for run in runs:
                 start = self.shape.slot_of(run.start) - first
                 slots.update(zip(run, got[start : start + len(run)], strict=True))
-        settled = self.prefix.settle(head, stop, slots.__getitem__)
-        if self.encoding == NATIVE:  # values as stored: no call per entry
-            entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
-            return grant, entries, settled
-        return grant, [self._entry(*found) for found in settled.entries], settled
+        return grant, slots
 
     def _entry_of(self, offset: int, found: tuple[Any, int]) -> Entry:
         """The entry of a slot already decoded by :func:`large_queue._records.slot_entry`."""

@@ -110,7 +110,7 @@ def test_encoding_is_kept_in_the_metadata(store: Store) -> None:
     for encoding in ("json", "native"):
         reserving = store.new_queue(encoding=encoding, appends="reserve")
         bins = store.backend.get(reserving.keys.metadata).bins  # type: ignore[union-attr]
-        assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.RESERVED_FORMAT_VERSION, encoding)
+        assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.MARKED_FORMAT_VERSION, encoding)
         assert Queue.open(store.backend, reserving.name).encoding == encoding
 
 

@@ -10,7 +10,7 @@ from large_queue import EntriesGoneError, InvalidArgumentError, OutcomeUnknownEr
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
 from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import BackendTimeoutError
+from large_queue.errors import BackendTimeoutError, ConditionNotMetError
 from tests.fix_backends import Store
 
 APPENDS = ["reserve", "lock"]
@@ -224,3 +224,112 @@ def test_a_dead_producers_reservation_closed_by_a_reader_is_told_apart_after_its
     assert queue.enqueue_batch(["a", "b"], txn_id="dead") == range(24, 26)  # the restarted caller's retry
     assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b"]
     assert queue.outcome("dead").committed
+
+
+class _Killed(BaseException):
+    """The producer process dies here (nothing of the library catches it)."""
+
+
+def _dies_after_publishing(queue: Queue, before: object = None) -> None:
+    """The next publish of ``queue``'s producer is applied, then the producer dies before it hears back.
+
+    ``before(first, count)`` runs first (what another process does meanwhile).
+    """
+    publish = queue.appender.publish
+
+    def published_then_killed(first: int, values: list[object], now_ms: int, **options: object) -> None:
+        queue.appender.publish = publish  # type: ignore[method-assign]
+        if callable(before):
+            before(first, len(values))
+        publish(first, values, now_ms, **options)  # type: ignore[arg-type]
+        raise _Killed()
+
+    queue.appender.publish = published_then_killed  # type: ignore[method-assign]
+
+
+def _laps(queue: Queue) -> None:
+    """Consume everything, then fill and empty the queue (capacity 12): every slot is reused."""
+    queue.dequeue_batch(12)
+    queue.enqueue_batch(["lap"] * 12)
+    assert len(queue.dequeue_batch(12)) == 12
+
+
+def test_a_killed_producers_published_reservation_is_committed_after_its_slots_are_reused(
+    store: Store,
+) -> None:
+    """No reader marked it closing, nothing skipped it: its reused slots say it was published."""
+    queue = store.new_queue(appends="reserve")  # capacity 12
+    _dies_after_publishing(queue)
+    with pytest.raises(_Killed):
+        queue.enqueue_batch(["a", "b"], txn_id="gone")
+    assert [e.value for e in queue.dequeue_batch(5)] == ["a", "b"]  # published, and consumed
+    _laps(queue)
+    outcome = queue.outcome("gone")
+    assert outcome.committed and "published" in outcome.detail, outcome
+    assert queue.enqueue_batch(["a", "b"], txn_id="gone") == range(0, 2)  # the retry writes nothing
+    assert queue.dequeue_batch(5) == []
+
+
+def test_a_reservation_whose_closer_may_have_died_stays_unknown(store: Store) -> None:
+    """A reader marked the run closing, then died before its tombstones: nothing can tell."""
+    queue = store.new_queue(appends="reserve")
+    _dies_after_publishing(
+        queue, before=lambda first, count: queue.appender._mark_run(first, count, rec.CLOSING)
+    )
+    with pytest.raises(_Killed):
+        queue.enqueue_batch(["a", "b"], txn_id="gone")
+    _laps(queue)
+    assert queue.outcome("gone").state == "unknown"
+    with pytest.raises(OutcomeUnknownError):
+        queue.enqueue_batch(["a", "b"], txn_id="gone")
+
+
+def test_a_reservation_an_overwriting_producer_skipped_stays_unknown(store: Store) -> None:
+    """Its producer died before publishing, and an overwrite moved the head past it: not published."""
+    backend, queue = _faulty(store, appends="reserve")  # capacity 12
+    backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # it never publishes
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue_batch(["a", "b"], txn_id="dead")
+    queue.enqueue_batch(["o"] * 12, overwrite_if_full=True)  # offsets 2..13: the head passes 0..1
+    _laps(queue)
+    outcome = queue.outcome("dead")
+    assert outcome.state == "unknown", outcome
+
+
+def test_a_format_3_queue_keeps_such_a_receipt_unknown(store: Store) -> None:
+    """A queue made before runs were marked closing: a reused reservation cannot be told apart."""
+    queue = store.new_queue(appends="reserve")
+    store.backend.put(queue.keys.metadata, {rec.FORMAT: rec.RESERVED_FORMAT_VERSION})
+    old = Queue.open(store.backend, queue.name)
+    assert not old.marked
+    _dies_after_publishing(old)
+    with pytest.raises(_Killed):
+        old.enqueue_batch(["a", "b"], txn_id="gone")
+    _laps(old)
+    assert old.outcome("gone").state == "unknown"
+
+
+def test_a_log_full_of_marks_since_the_reservation_keeps_it_unknown(store: Store) -> None:
+    """Marks of its time may have been pushed out of a log kept at 3: the absence of one proves nothing."""
+    queue = store.new_queue(appends="reserve", receipts=3)
+    _dies_after_publishing(queue)
+    with pytest.raises(_Killed):
+        queue.enqueue_batch(["a", "b"], txn_id="gone")
+    queue.dequeue_batch(5)
+    for first in (100, 200):  # closed runs elsewhere, after it (marks of other laps' reservations)
+        queue.appender._mark_run(first, 1, rec.CLOSED_RUN)
+    _laps(queue)
+    assert queue.outcome("gone").state == "unknown"
+
+
+def test_a_reader_marks_a_run_closing_before_its_tombstones(store: Store) -> None:
+    """The reader's tombstones go in, and it dies before it marks them closed: unknown, not published."""
+    backend, queue = _faulty(store, appends="reserve")  # capacity 12
+    backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # its producer never publishes
+    with pytest.raises(BackendTimeoutError):
+        queue.enqueue_batch(["a", "b"], txn_id="dead")
+    backend.inject(lambda call: call.is_buffer, applied=True)  # the tombstones go in, the reply is lost
+    with pytest.raises(ConditionNotMetError):  # its repeat is refused by them: it never marks them closed
+        queue.appender.close(0, 2)
+    _laps(queue)
+    assert queue.outcome("dead").state == "unknown"

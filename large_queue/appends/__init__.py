@@ -38,6 +38,16 @@ The failure story, as a timeline (hole timeout 5 s)::
            and raises ReservationClosedError: nothing of it is visible,
            and retrying the append is safe (it takes a new offset).
 
+In a format-4 queue the dequeuer first records in the metadata record that
+it is closing 40 (a "closing" mark), then writes the tombstone, then marks
+the run closed. A receipt of P's reservation, read after a later lap has
+reused slot 40, is then settled without the slot: a "closed" mark says it
+was closed; a "closing" mark alone says the closer may have died in between
+(unknown); no mark at all says no reader ever closed it, so, as slots are
+reused only past published or closed offsets, it was published (unless an
+overwriting reservation or a consumer group's head may have skipped it:
+``skipped_to`` records how far those went).
+
 If P had published at t=5.1, the tombstone's guard would have failed
 instead, and the dequeuer would have delivered 40 then 41. A publish that
 times out is sent again: once applied, the repeat is refused by its own
@@ -114,6 +124,8 @@ _SAME_QUEUE = eq(StrBin(rec.INCARNATION), Param("incarnation"))
 _ROOM = all_of(_SAME_QUEUE, le(sub(IntBin(rec.TAIL), IntBin(rec.HEAD)), Param("room")))
 #: after the tail moved: the head, moved past what the new tail pushes out of the buffer
 _PAST_OLDEST = max_of(IntBin(rec.HEAD), sub(IntBin(rec.TAIL), Param("capacity")))
+#: format 4: how far an overwriting reservation may have skipped unpublished offsets
+_SKIPPED_PAST_OLDEST = max_of(IntBin(rec.SKIPPED_TO), sub(IntBin(rec.TAIL), Param("capacity")))
 
 
 @functools.lru_cache(maxsize=16)
@@ -161,14 +173,20 @@ def slots_below(incarnation: str, runs: Sequence[SlotRun]) -> Condition:
 
 
 @functools.lru_cache(maxsize=256)
-def _reserving(count: int, overwriting_capacity: int | None) -> tuple[Operation, ...]:
+def _reserving(count: int, overwriting_capacity: int | None, marked: bool = False) -> tuple[Operation, ...]:
     """A reservation's operations: the tail grows by ``count`` (and, overwriting, the head follows).
 
     It also reads the store's clock: the time its entries are stamped with.
+    ``marked`` (format 4): an overwriting reservation records how far it may
+    have skipped unpublished offsets.
     """
     operations: list[Operation] = [Increment(rec.TAIL, count)]
     if overwriting_capacity is not None:
         operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": overwriting_capacity}))
+        if marked:
+            operations.append(
+                Compute(rec.SKIPPED_TO, _SKIPPED_PAST_OLDEST, {"capacity": overwriting_capacity})
+            )
     operations.append(Read(rec.TAIL))
     operations.append(READ_STORE_CLOCK)
     return tuple(operations)
@@ -209,13 +227,16 @@ class Appender:
         *,
         incarnation: str,
         counters: Counters,
-        closed_mark: Callable[[int, int], Operation] | None = None,
+        closed_mark: Callable[[int, int, str | None], Operation] | None = None,
+        marked: bool = False,
     ) -> None:
         self.backend = backend
         self.keys = keys
         self.shape = shape
-        #: the metadata write that records a closed run ``(first offset, count)`` (see :meth:`close`)
+        #: the metadata write that records a closed run ``(first offset, count, state)`` (see :meth:`close`)
         self.closed_mark = closed_mark
+        #: format 4: a run is marked as closing before it is closed; overwrites record what they skip
+        self.marked = marked
         self.incarnation = incarnation
         self.counters = counters
         self._reserve_one: Callable[[], dict[str, Any]] | None = None  # built at the first single reserve
@@ -242,7 +263,7 @@ class Appender:
         if receipt is not None:
             values = {"incarnation": self.incarnation, "room": capacity - count, **receipt.guard.values}
             guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt.guard.template), values)
-            operations = (*_reserving(count, capacity if overwrite else None), receipt.put)
+            operations = (*_reserving(count, capacity if overwrite else None, self.marked), receipt.put)
             send: Callable[[], dict[str, Any]] = functools.partial(
                 self.backend.operate, self.keys.metadata, operations, condition=guard_both
             )
@@ -254,7 +275,7 @@ class Appender:
                 )
             send = self._reserve_one
         else:
-            operations = _reserving(count, capacity if overwrite else None)
+            operations = _reserving(count, capacity if overwrite else None, self.marked)
             if overwrite:
                 guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
             else:
@@ -357,25 +378,32 @@ class Appender:
 
         ``ReservationClosedError`` is not raised here; a refusal (a publish
         got there first) raises ``ConditionNotMetError`` for the reader to
-        read again.
+        read again. In a format-4 queue the run is first marked as closing
+        (one more command, before anything is tombstoned; if it fails, nothing
+        is closed and its error is raised).
         """
         run = range(start, stop)
+        if self.marked:
+            self._mark_run(start, len(run), rec.CLOSING, required=True)
         first_slot = self.shape.slot_of(start)
         writes = [slot_writes(first_slot, [tombstone(o) for o in run], self.shape.slots_per_record)]
         self._put_slots(
             self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)], published=False
         )
         self.counters.add(holes_closed=1)
-        self._mark_closed_run(start, len(run))
+        self._mark_run(start, len(run), rec.CLOSED_RUN if self.marked else None)
 
-    def _mark_closed_run(self, start: int, count: int) -> None:
-        """Record in the metadata record that ``count`` offsets from ``start`` were closed (one command).
+    def _mark_run(self, start: int, count: int, state: str | None, *, required: bool = False) -> None:
+        """Mark ``count`` offsets from ``start`` as being closed, or closed, in the metadata (one command).
 
-        Written only after the tombstones are in: a mark is always true. Once
-        a later lap reuses the slots, it is what tells the receipt of a
-        reservation closed here from one published and consumed
-        (:func:`large_queue._receipts.outcome`). Without it (the write failed,
-        the closer died first) such a receipt stays "unknown", which is true too.
+        ``state`` CLOSING is written before the tombstones, CLOSED_RUN (or
+        None, in a format-3 queue) after them: a closed mark is always true.
+        Once a later lap reuses the slots, the marks are what tell the receipt
+        of a reservation closed here from one published and consumed
+        (:func:`large_queue._receipts.outcome`). A closed mark that is not
+        written (the write failed, the closer died first) leaves the closing
+        mark, which makes such a receipt "unknown", which is true too.
+        ``required``: a failed write raises (the run must then not be closed).
         """
         if self.closed_mark is None:
             return
@@ -383,10 +411,12 @@ class Appender:
         try:
             self.backend.operate(
                 self.keys.metadata,
-                [self.closed_mark(start, count)],
+                [self.closed_mark(start, count, state)],
                 condition=same_queue(self.incarnation),
             )
         except errors.LargeQueueError:
+            if required:
+                raise
             log.debug("could not record the closed run %d+%d of queue %r", start, count, self.keys.name)
 
     def _put_slots(

@@ -241,7 +241,8 @@ def move_head(queue: Queue, txn_id: str, target: Callable[[LockGrant], int]) -> 
     try:
         head = target(grant)
         if head > grant.head:
-            queue.lock.commit(grant, head=head)
+            # a group's cursor may have been moved past offsets never published (a seek, say)
+            queue.lock.commit(grant, head=head, skipped_to=head if queue.marked else None)
         else:
             queue.lock.release(grant)
     except errors.LockLostError:

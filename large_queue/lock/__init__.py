@@ -63,6 +63,7 @@ from large_queue._records import (
     NO_OWNER,
     PUBLISHED,
     RECEIPTS,
+    SKIPPED_TO,
     TAIL,
     QueueKeys,
 )
@@ -163,6 +164,7 @@ _PREVIOUS_OWNER = "prev_owner"
 _READ_PREVIOUS_OWNER = Evaluate(_PREVIOUS_OWNER, StrBin(LOCK_OWNER))
 _HEAD_AT_LEAST = max_of(IntBin(HEAD), Param("head"))
 _PUBLISHED_AT_LEAST = max_of(IntBin(PUBLISHED), Param("published"))
+_SKIPPED_AT_LEAST = max_of(IntBin(SKIPPED_TO), Param("skipped"))
 
 
 _HELD_BY = all_of(
@@ -450,6 +452,7 @@ class QueueLock:
         groups: list[str] | None = None,
         receipt: LogPut | None = None,
         known: dict[str, Any] | None = None,
+        skipped_to: int | None = None,
     ) -> None:
         """Publish new head/tail and release, in one write, only if still held.
 
@@ -458,7 +461,8 @@ class QueueLock:
         ``groups`` the queue's consumer groups from now on; ``receipt`` the
         txn's receipt (:mod:`large_queue._receipts`), written by the same command.
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
-        cannot be told (what the operation would have changed).
+        cannot be told (what the operation would have changed). ``skipped_to``
+        (format 4): this head move may pass unpublished offsets below it.
         """
         operations: list[Operation] = [Write(LOCK_OWNER, NO_OWNER)]
         if head is not None and head != grant.head:
@@ -468,6 +472,8 @@ class QueueLock:
             )
         if published is not None and self.stamped:
             operations.append(Compute(PUBLISHED, _PUBLISHED_AT_LEAST, {"published": published}))
+        if skipped_to is not None:
+            operations.append(Compute(SKIPPED_TO, _SKIPPED_AT_LEAST, {"skipped": skipped_to}))
         if tail is not None and tail != grant.tail:
             operations.append(Write(TAIL, tail))
         if erased_below is not None and erased_below != grant.erased_below:

@@ -82,7 +82,7 @@ def _renamed(value: Any, source: Queue, target: Queue) -> Any:
     if isinstance(value, list) and value and isinstance(value[0], (RecordKey, tuple)):
         return [_renamed(item, source, target) for item in value]
     if isinstance(value, tuple) and value and isinstance(value[0], RecordKey):
-        return (_renamed(value[0], source, target), *value[1:])
+        return tuple(_renamed(item, source, target) for item in value)  # (key, reads[, condition])
     if (
         isinstance(value, Bound)
         and target.incarnation

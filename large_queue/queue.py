@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from large_queue import _lifecycle, _receipts, _retention, errors
 from large_queue import _records as rec
@@ -53,6 +53,18 @@ if TYPE_CHECKING:
     from large_queue.producer import Producer
 
 log = logging.getLogger("large_queue")
+
+#: dequeues that send no guessed read after a guess that missed (another consumer moved the head)
+_GUESSES_PAUSED_AFTER_A_MISS = 16
+
+
+class _Guess(NamedTuple):
+    """A read of the head's slots sent beside the lock's acquire: ``slots`` of them from offset ``head``."""
+
+    head: int
+    slots: int
+    read: tuple[RecordKey, list[Operation], Condition | None]
+
 
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
@@ -140,6 +152,12 @@ class Queue:
         self.reserved = metadata.reserved
         #: format 4: closers mark runs first, and head moves that may skip are recorded
         self.marked = metadata.marked
+        #: where this handle's last dequeue left the head: the guess of the next one's slots
+        self._next_head: int | None = metadata.head
+        self._guesses_paused = 0
+        self._same_queue: Condition | None = (
+            None if self.incarnation is None else same_queue(self.incarnation)
+        )
         self.hole_timeout = metadata.hole_timeout_ms / 1000
         #: the receipt log's bounds and operations (see :mod:`large_queue._receipts`)
         self.receipts = _receipts.Receipts(metadata.receipt_keep, metadata.receipt_age_ms)
@@ -487,6 +505,11 @@ class Queue:
     def dequeue(self, *, txn_id: str | int | None = None, timeout: float | None = None) -> Entry | None:
         """Remove and return the head entry, or None if the queue is empty. 3 round trips.
 
+        On a store that reads beside a write in one round trip (Aerospike), a
+        queue with ``appends="reserve"`` reads the head's slots with the lock's
+        acquire where this handle's last dequeue left the head: 2 round trips
+        for a lone consumer.
+
         ``timeout``: wait up to that many seconds for an entry (see :meth:`dequeue_batch`).
         """
         taken = self.dequeue_batch(1, txn_id=txn_id, timeout=timeout)
@@ -554,11 +577,13 @@ class Queue:
         Stops at the first reserved offset not yet published. If that hole is
         at the head and has been open past the hole timeout, closes it first.
         """
-        with self.lock.holding(txn, receipt=mine) as grant:
+        guess = self._guess(max_entries)
+        beside = None if guess is None else guess.read
+        with self.lock.holding(txn, receipt=mine, beside=beside) as grant:
             if grant.receipt is not None:
                 return self._repeated_dequeue(grant), False
             self._refuse_groups(grant)
-            grant, read, settled = self._read_settled(grant, max_entries)
+            grant, read, settled = self._read_settled(grant, max_entries, guess)
             expired, taken = _retention.split_expired(read, grant.now_ms, self.max_age_ms)
             closed = not read and settled.end == grant.head and self.prefix.close_overdue(settled)
             receipt = self._dequeue_receipt(grant, mine, settled.end, taken)
@@ -566,8 +591,52 @@ class Queue:
                 grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
             )
         self.holes.forget(settled.end)
+        self._next_head = settled.end if taken else None  # an empty queue: no guess until entries come
         self._dequeued(taken, settled.overwritten, expired)
         return taken, closed or (not taken and settled.end > grant.head)
+
+    def _guess(self, max_entries: int) -> _Guess | None:
+        """The head's slots to read beside the lock's acquire, guessed from this handle's last dequeue.
+
+        Only where the store sends both in one round trip, and not for a
+        while after a wrong guess (another consumer moved the head meanwhile).
+        """
+        if not self.backend.reads_beside or self._next_head is None:
+            return None
+        if self._guesses_paused:
+            self._guesses_paused -= 1
+            return None
+        head = self._next_head
+        first = head % self.shape.slots_per_record
+        count = min(max_entries, self.shape.slots_per_record - first)
+        read: list[Operation] = [ListGetRange(rec.SLOTS, first, count)]
+        return _Guess(head, count, (self.keys.buffer(self.shape.record_of(head)), read, self._same_queue))
+
+    def _guessed_slots(self, grant: LockGrant, guess: _Guess | None, stop: int) -> list[Any] | None:
+        """The slots of ``[grant.head, stop)`` as the guessed read saw them, if each held its own offset.
+
+        A slot that holds its own offset (published, or closed) keeps it until
+        the head passes it, so it says the same whether it was read just
+        before the lock was taken or just after. Anything else (a hole not
+        yet published, a slot of another lap, another head) is read again
+        under the lock, so that holes are judged on slots read while holding it.
+        """
+        if guess is None:
+            return None
+        head = grant.head
+        slots = grant.beside.get(rec.SLOTS) if grant.beside is not None else None
+        part = None
+        if type(slots) is list and guess.head <= head < stop <= guess.head + len(slots):
+            part = slots[head - guess.head : stop - guess.head]
+            settled_there = (
+                type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)
+            )
+            if not all(settled_there):
+                part = None
+        if part is None:
+            self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS
+            return None
+        return part
 
     def _dequeued(self, taken: list[Entry], overwritten: int, expired: int) -> None:
         """Count a committed dequeue, and say what it passed over: overwritten and expired entries.
@@ -594,13 +663,21 @@ class Queue:
                 queue=self.name,
             )
 
-    def _read_settled(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], Settled]:
-        """Read up to ``max_entries`` slots from the head under the lock, and settle them."""
+    def _read_settled(
+        self, grant: LockGrant, max_entries: int, guess: _Guess | None = None
+    ) -> tuple[LockGrant, list[Entry], Settled]:
+        """Read up to ``max_entries`` slots from the head under the lock, and settle them.
+
+        Slots the read guessed beside the acquire saw (``guess``) are not read again.
+        """
         head = grant.head
         stop = head + min(max_entries, grant.tail - head)
         per_record = self.shape.slots_per_record
         first = head % per_record
-        if stop - head <= per_record - first:  # one run of one record: the common dequeue
+        guessed = self._guessed_slots(grant, guess, stop) if stop > head else None
+        if guessed is not None:
+            settled = self.prefix.settle(head, stop, lambda offset: guessed[offset - head])
+        elif head < stop <= head + per_record - first:  # one run of one record: the common dequeue
             grant, got = self._buffer_command(
                 grant, self.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
             )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from large_queue import _bench, _bench_idle, _bench_persist, errors
+from large_queue.backends import connect
 from tests.fix_backends import Place
 
 
@@ -40,7 +41,11 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     # without the lock: 2 per single enqueue, 1 + the buffer records touched per batch
     assert per_call["enqueue (single), reserve"] == 2
     assert 2 <= per_call["enqueue (batches of 20), reserve"] <= 3
-    assert per_call["dequeue (single), reserve"] == 3
+    # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once
+    with connect(place.url) as store:
+        beside = store.reads_beside
+    assert per_call["dequeue (single), reserve"] == (2 if beside else 3)
+    assert (2 if beside else 3) <= per_call["dequeue (batches of 20), reserve"] <= (3 if beside else 4)
     assert 2 <= per_call["owner dequeue (single, no lock), reserve"] < 2.1
     assert [(s.appends, s.delay > 0) for s in report.scaling] == [
         ("lock", False),

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from large_queue import errors
 from large_queue.backends.conditions import Condition
 
 MAX_BIN_NAME_BYTES = 15
@@ -192,6 +193,8 @@ class Backend(ABC):
 
     #: the namespace used when a queue is opened without one
     default_namespace: str = "test"
+    #: True where :meth:`operate_and_read` is one round trip (a server's batch command), not two commands
+    reads_beside: bool = False
 
     def __init__(self) -> None:
         self._commands = 0
@@ -259,6 +262,33 @@ class Backend(ABC):
 
         Returns what each record's reads saw (as ``operate`` does), None where a record is missing.
         """
+
+    def operate_and_read(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        read: tuple[RecordKey, Sequence[Operation], Condition | None],
+        *,
+        condition: Condition | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``operate`` on ``key``, and a read of another record, in one round trip where the store can.
+
+        The first command's outcome, result and errors are ``operate``'s.
+        ``read`` (a key, read operations and a condition) is a guess its
+        caller checks before using what it saw: it is not ordered with the
+        first command (it may see the other record as it was before it or
+        after it), and whatever stops it (a missing record, a condition not
+        met, a timeout, a damaged record) gives None, never an error. Where
+        :attr:`reads_beside` is False the two go one after the other, as two
+        commands.
+        """
+        result = self.operate(key, operations, condition=condition)
+        read_key, read_operations, read_condition = read
+        try:
+            other: dict[str, Any] | None = self.operate(read_key, read_operations, condition=read_condition)
+        except errors.LargeQueueError:
+            other = None
+        return result, other
 
     @abstractmethod
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:

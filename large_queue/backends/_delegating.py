@@ -22,6 +22,7 @@ class Delegating(Backend):
         super().__init__()
         self.inner = inner
         self.default_namespace = inner.default_namespace
+        self.reads_beside = inner.reads_beside  # one round trip for operate_and_read, or two, as inner
 
     def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``inner.<method>(*args, **kwargs)``, counted as one command."""
@@ -75,6 +76,20 @@ class Delegating(Backend):
         """Batch-read through the inner store."""
         results: list[dict[str, Any] | None] = self.relay("batch_read", list(reads))
         return results
+
+    def operate_and_read(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        read: tuple[RecordKey, Sequence[Operation], Condition | None],
+        *,
+        condition: Condition | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Operate and read through the inner store."""
+        result: tuple[dict[str, Any], dict[str, Any] | None] = self.relay(
+            "operate_and_read", key, list(operations), read, condition=condition
+        )
+        return result
 
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:
         """The inner store's answer."""

@@ -531,6 +531,14 @@ class AerospikeBackend(Backend):
         keep_ttl = aerospike.TTL_DONT_UPDATE
         self._operate_policy = dict(self._write_policy, exists=aerospike.POLICY_EXISTS_UPDATE, ttl=keep_ttl)
         self._operate_read_policy = dict(self._read_policy, exists=aerospike.POLICY_EXISTS_UPDATE)
+        # a write and a read in one batch command (operate_and_read): the command as a write is
+        # never retried; the write's own policy as operate's, in a batch write policy's terms
+        self._beside_policy: dict[str, Any] = {"total_timeout": total_timeout_ms, "max_retries": 0}
+        self._beside_write_policy: dict[str, Any] = {
+            "key": aerospike.POLICY_KEY_SEND,
+            "exists": aerospike.POLICY_EXISTS_UPDATE,
+            "ttl": keep_ttl,
+        }
         self._record_limits: dict[str, int] = {}
 
     @classmethod
@@ -659,7 +667,61 @@ class AerospikeBackend(Backend):
         if method == "batch_read":
             (reads,) = args
             return self._batch_read_command(reads)
+        if method == "operate_and_read":
+            (key, operations, read) = args
+            return self._operate_and_read_command(key, operations, read, kwargs.get("condition"))
         return super().prepare(method, *args, **kwargs)
+
+    #: operate_and_read is one batch command: one round trip
+    reads_beside = True
+
+    def operate_and_read(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        read: tuple[RecordKey, Sequence[Operation], c.Condition | None],
+        *,
+        condition: c.Condition | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``operate`` and a read of another record in one batch command (:meth:`Backend.operate_and_read`).
+
+        A command that times out is in doubt as a whole: its write may have been applied.
+        """
+        command = self._operate_and_read_command(key, operations, read, condition)
+        self._count()
+        try:
+            with mapped_errors:
+                batch = command()
+        except errors.BackendTimeoutError as exc:
+            raise errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True) from exc
+        written, beside = batch.batch_records
+        if written.result != 0:
+            cls = _ERROR_BY_CODE.get(written.result, errors.BackendError)
+            in_doubt = bool(written.in_doubt) or cls is errors.BackendTimeoutError
+            raise cls(f"aerospike error {written.result} on {key}", code=written.result, in_doubt=in_doubt)
+        bins = written.record[2] if written.record is not None else None
+        seen = beside.record[2] if beside.result == 0 and beside.record is not None else None
+        return bins or {}, seen or None
+
+    def _operate_and_read_command(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        read: tuple[RecordKey, Sequence[Operation], c.Condition | None],
+        condition: c.Condition | None,
+    ) -> Callable[[], Any]:
+        write_policy = self._beside_write_policy
+        if condition is not None:
+            write_policy = dict(write_policy, expressions=compile_condition(condition))
+        read_key, read_operations, read_condition = read
+        read_policy = None if read_condition is None else {"expressions": compile_condition(read_condition)}
+        requests = batch_records.BatchRecords(
+            [
+                batch_records.Write(self._key(key), _operations(operations), policy=write_policy),
+                batch_records.Read(self._key(read_key), _operations(read_operations), policy=read_policy),
+            ]
+        )
+        return functools.partial(self.client.batch_write, requests, self._beside_policy)
 
     def remove(self, key: RecordKey) -> bool:
         """Delete a record; False if it did not exist."""

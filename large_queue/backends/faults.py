@@ -80,7 +80,7 @@ class FaultInjectingBackend(Delegating):
         """Reads go through; a write goes through unless an injected fault matches it."""
         if method not in _WRITES:
             return super().relay(method, *args, **kwargs)
-        call = Call(method, args[0], tuple(args[1]) if method == "operate" else ())
+        call = Call(method, args[0], tuple(args[1]) if method in ("operate", "operate_and_read") else ())
         self.calls.append(call)
         fault = next((f for f in self._faults if f.remaining and f.when(call)), None)
         if fault is None:
@@ -99,4 +99,4 @@ class FaultInjectingBackend(Delegating):
         )
 
 
-_WRITES = ("put", "operate", "remove")
+_WRITES = ("put", "operate", "operate_and_read", "remove")

@@ -68,7 +68,18 @@ from large_queue._records import (
     QueueKeys,
 )
 from large_queue._stats import Counters
-from large_queue.backends import Backend, Compute, Evaluate, Increment, LogPut, MapGet, Operation, Read, Write
+from large_queue.backends import (
+    Backend,
+    Compute,
+    Evaluate,
+    Increment,
+    LogPut,
+    MapGet,
+    Operation,
+    Read,
+    RecordKey,
+    Write,
+)
 from large_queue.backends.conditions import (
     Bound,
     Condition,
@@ -130,6 +141,9 @@ class LockGrant:
     #: the store's clock (ms) when the lock was taken: the ``enqueued_at_ms`` of the entries it enqueues,
     #: and the "now" that retention by age (``max_age``) judges the head's entries by
     now_ms: int = 0
+    #: what the read sent beside the acquire saw (:meth:`QueueLock.holding`'s ``beside``), None if
+    #: none was sent or it failed: a guess, read before or after the lock was taken
+    beside: dict[str, Any] | None = None
 
 
 #: the result under which a command reads the store's clock (ms), and the operation that reads it:
@@ -245,11 +259,20 @@ class QueueLock:
         """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
         return replaced_error(self.keys.name, created_again=created_again)
 
-    def try_acquire(self, txn_id: str, *, receipt: bool = False) -> LockGrant:
+    def try_acquire(
+        self,
+        txn_id: str,
+        *,
+        receipt: bool = False,
+        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+    ) -> LockGrant:
         """One attempt; raises ``_Busy`` when the lock is held and unexpired.
 
         ``receipt``: ``txn_id`` is the caller's: also read its receipt (in the
         same command), and take the lock back if this txn holds it already.
+        ``beside``: a read of another record (key, read operations, condition)
+        sent with the acquire where the store does that in one round trip
+        (:meth:`Backend.operate_and_read`); what it saw is the grant's ``beside``.
         """
         self.counters.add(commands=1)
         # the owner evaluated is the one replaced
@@ -259,8 +282,14 @@ class QueueLock:
             operations.append(MapGet(RECEIPTS, txn_id))
             mine = _FREE_EXPIRED_OR_MINE_AT if self.stamped else _FREE_EXPIRED_OR_MINE
             condition = Bound(mine, {"txn": txn_id})
+        seen: dict[str, Any] | None = None
         try:
-            state = self.backend.operate(self.keys.metadata, operations, condition=condition)
+            if beside is not None and self.backend.reads_beside:
+                state, seen = self.backend.operate_and_read(
+                    self.keys.metadata, operations, beside, condition=condition
+                )
+            else:
+                state = self.backend.operate(self.keys.metadata, operations, condition=condition)
         except errors.ConditionNotMetError:
             self.counters.add(lock_waits=1)
             raise _Busy() from None
@@ -285,6 +314,7 @@ class QueueLock:
             groups=tuple(state.get(GROUPS) or ()),
             receipt=state.get(RECEIPTS) if receipt else None,
             now_ms=state[STORE_CLOCK],
+            beside=seen,
         )
         broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
             NO_OWNER,
@@ -339,16 +369,23 @@ class QueueLock:
         except _Busy:
             return self._acquire_after_refusal(txn_id)
 
-    def holding(self, txn_id: str, *, receipt: bool = False) -> Holding:
+    def holding(
+        self,
+        txn_id: str,
+        *,
+        receipt: bool = False,
+        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+    ) -> Holding:
         """The lock for one operation's body, which commits or releases the grant itself.
 
         The lock is released if the body fails before its commit
         (:class:`ReleasingOnError`). When the lock is free at once, the
         acquire and the whole body are one group of commands
         (:meth:`Backend.grouped`: one transaction on the embedded store); a
-        busy lock is waited for outside any group. ``receipt``: see :meth:`try_acquire`.
+        busy lock is waited for outside any group. ``receipt`` and ``beside``
+        (sent with the first attempt only): see :meth:`try_acquire`.
         """
-        return Holding(self, txn_id, receipt)
+        return Holding(self, txn_id, receipt, beside)
 
     def _acquire_after_refusal(self, txn_id: str, *, receipt: bool = False) -> LockGrant:
         """Wait, then try again, backing off, until the lock is ours or the acquire timeout has passed."""
@@ -543,10 +580,17 @@ class ReleasingOnError:
 class Holding:
     """The lock for one operation's body: see :meth:`QueueLock.holding` (a class, as ReleasingOnError is)."""
 
-    def __init__(self, lock: QueueLock, txn_id: str, receipt: bool = False) -> None:
+    def __init__(
+        self,
+        lock: QueueLock,
+        txn_id: str,
+        receipt: bool = False,
+        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+    ) -> None:
         self.lock = lock
         self.txn_id = txn_id
         self.receipt = receipt
+        self.beside = beside
         self._group: contextlib.AbstractContextManager[None] | None = None
         self._releasing: ReleasingOnError | None = None
 
@@ -554,7 +598,7 @@ class Holding:
         group = self.lock.backend.grouped()
         group.__enter__()
         try:
-            grant = self.lock.try_acquire(self.txn_id, receipt=self.receipt)
+            grant = self.lock.try_acquire(self.txn_id, receipt=self.receipt, beside=self.beside)
         except _Busy:
             group.__exit__(None, None, None)  # never wait inside a group
             grant = self.lock._acquire_after_refusal(self.txn_id, receipt=self.receipt)

@@ -1,0 +1,71 @@
+"""A dequeue's read of the head's slots sent beside the lock's acquire: two round trips instead of three.
+
+On Aerospike the two go as one batch command. The embedded store has no round
+trips to save and sends nothing beside; here it is made to (its two commands
+one after the other), so that what the queue does with a guess runs on both stores.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from large_queue import Queue
+from tests.fix_backends import Store
+
+
+@pytest.fixture
+def guessing(store: Store) -> Store:
+    """The store, sending a guessed read beside the acquire (the embedded one made to)."""
+    store.backend.reads_beside = True
+    return store
+
+
+def _offsets(entries: list) -> list[int]:  # type: ignore[type-arg]
+    return [entry.offset for entry in entries]
+
+
+def test_a_lone_consumer_dequeues_in_two_round_trips(guessing: Store) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=30, slots_per_record=5)
+    queue.enqueue_batch(list(range(12)))  # a batch spanning records: slots name its last offset
+    for n in range(8):
+        queue.enqueue(100 + n)
+    taken: list[int] = []
+    sent = guessing.backend.commands
+    while entry := queue.dequeue():
+        taken.append(entry.value)
+    assert taken == [*range(12), *range(100, 108)]
+    if type(guessing.backend).reads_beside:  # one round trip for the acquire and the guessed read
+        # 20 dequeues of 2; one read of the batch's last slot, which shows it published; the
+        # empty dequeue's acquire and release
+        assert guessing.backend.commands - sent == 2 * 20 + 1 + 2
+
+
+def test_a_guess_another_consumer_made_stale_is_read_again(guessing: Store) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=40, slots_per_record=5)
+    other = Queue.open(guessing.backend, queue.name)
+    queue.enqueue_batch(list(range(30)))
+    taken: list[int] = []
+    for turn in range(15):  # two handles take turns: each one's guess is the other's old head
+        taken += _offsets((queue if turn % 2 else other).dequeue_batch(2))
+    assert taken == list(range(30))
+
+
+def test_a_slot_the_guess_saw_unpublished_is_read_again_under_the_lock(guessing: Store) -> None:
+    """The guessed read sees a reservation not yet published; its publish lands before the lock's read."""
+    queue = guessing.new_queue(appends="reserve", capacity=20, slots_per_record=5)
+    queue.enqueue("a")
+    assert queue.dequeue().value == "a"  # type: ignore[union-attr]
+    first, now_ms = queue.appender.reserve_stamped(1, overwrite=False)  # reserved, not yet published
+    backend = guessing.backend
+    operate_and_read = backend.operate_and_read
+
+    def published_meanwhile(*args: object, **kwargs: object) -> object:
+        backend.operate_and_read = operate_and_read  # type: ignore[method-assign]
+        answer = operate_and_read(*args, **kwargs)  # type: ignore[arg-type]
+        queue.appender.publish(first, ["b"], now_ms)
+        return answer
+
+    backend.operate_and_read = published_meanwhile  # type: ignore[method-assign]
+    entry = queue.dequeue()
+    assert backend.operate_and_read == operate_and_read, "the guessed read was not sent"
+    assert entry is not None and (entry.offset, entry.value) == (first, "b")

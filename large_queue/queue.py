@@ -625,15 +625,13 @@ class Queue:
             return None
         head = grant.head
         slots = grant.beside.get(rec.SLOTS) if grant.beside is not None else None
-        part = None
-        if type(slots) is list and guess.head <= head < stop <= guess.head + len(slots):
-            part = slots[head - guess.head : stop - guess.head]
-            settled_there = (
-                type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)
-            )
-            if not all(settled_there):
-                part = None
-        if part is None:
+        if type(slots) is not list or guess.head != head:
+            self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS  # another consumer moved the head
+            return None
+        if stop > head + len(slots):
+            return None  # the range goes on into the next record: read it all under the lock
+        part = slots[: stop - head]
+        if not all(type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)):
             self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS
             return None
         return part

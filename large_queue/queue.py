@@ -621,10 +621,10 @@ class Queue:
         yet published, a slot of another lap, another head) is read again
         under the lock, so that holes are judged on slots read while holding it.
         """
-        if guess is None:
+        if guess is None or grant.beside is None:  # none sent (the lock was busy), or it failed
             return None
         head = grant.head
-        slots = grant.beside.get(rec.SLOTS) if grant.beside is not None else None
+        slots = grant.beside.get(rec.SLOTS)
         if type(slots) is not list or guess.head != head:
             self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS  # another consumer moved the head
             return None

@@ -41,6 +41,7 @@ from large_queue.backends import (
     Backend,
     ListGetRange,
     Operation,
+    ReadBeside,
     RecordKey,
     connect,
 )
@@ -63,7 +64,7 @@ class _Guess(NamedTuple):
 
     head: int
     slots: int
-    read: tuple[RecordKey, list[Operation], Condition | None]
+    read: ReadBeside
 
 
 #: tries of an (idempotent) buffer command that times out

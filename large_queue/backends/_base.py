@@ -182,6 +182,10 @@ Operation = (
 READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate, MapGet)
 
 
+#: a read sent beside another command (``Backend.operate_and_read``): its key, read operations, condition
+ReadBeside = tuple[RecordKey, Sequence[Operation], Condition | None]
+
+
 class Backend(ABC):
     """A store with Aerospike's record semantics.
 
@@ -267,7 +271,7 @@ class Backend(ABC):
         self,
         key: RecordKey,
         operations: Sequence[Operation],
-        read: tuple[RecordKey, Sequence[Operation], Condition | None],
+        read: ReadBeside,
         *,
         condition: Condition | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:

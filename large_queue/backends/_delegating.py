@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from large_queue.backends._base import Backend, Operation, Record, RecordKey, WriteMode
+from large_queue.backends._base import Backend, Operation, ReadBeside, Record, RecordKey, WriteMode
 from large_queue.backends.conditions import Condition
 
 
@@ -81,7 +81,7 @@ class Delegating(Backend):
         self,
         key: RecordKey,
         operations: Sequence[Operation],
-        read: tuple[RecordKey, Sequence[Operation], Condition | None],
+        read: ReadBeside,
         *,
         condition: Condition | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:

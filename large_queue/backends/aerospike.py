@@ -41,6 +41,7 @@ from large_queue.backends._base import (
     MapGet,
     Operation,
     Read,
+    ReadBeside,
     ReadSinceUpdate,
     Record,
     RecordKey,
@@ -679,7 +680,7 @@ class AerospikeBackend(Backend):
         self,
         key: RecordKey,
         operations: Sequence[Operation],
-        read: tuple[RecordKey, Sequence[Operation], c.Condition | None],
+        read: ReadBeside,
         *,
         condition: c.Condition | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -707,7 +708,7 @@ class AerospikeBackend(Backend):
         self,
         key: RecordKey,
         operations: Sequence[Operation],
-        read: tuple[RecordKey, Sequence[Operation], c.Condition | None],
+        read: ReadBeside,
         condition: c.Condition | None,
     ) -> Callable[[], Any]:
         write_policy = self._beside_write_policy

@@ -77,7 +77,7 @@ from large_queue.backends import (
     MapGet,
     Operation,
     Read,
-    RecordKey,
+    ReadBeside,
     Write,
 )
 from large_queue.backends.conditions import (
@@ -264,7 +264,7 @@ class QueueLock:
         txn_id: str,
         *,
         receipt: bool = False,
-        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+        beside: ReadBeside | None = None,
     ) -> LockGrant:
         """One attempt; raises ``_Busy`` when the lock is held and unexpired.
 
@@ -374,7 +374,7 @@ class QueueLock:
         txn_id: str,
         *,
         receipt: bool = False,
-        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+        beside: ReadBeside | None = None,
     ) -> Holding:
         """The lock for one operation's body, which commits or releases the grant itself.
 
@@ -585,7 +585,7 @@ class Holding:
         lock: QueueLock,
         txn_id: str,
         receipt: bool = False,
-        beside: tuple[RecordKey, list[Operation], Any] | None = None,
+        beside: ReadBeside | None = None,
     ) -> None:
         self.lock = lock
         self.txn_id = txn_id

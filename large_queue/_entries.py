@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -248,3 +249,17 @@ def bytes_as_json(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return {"$bytes": base64.b64encode(bytes(value)).decode()}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One queue entry: its offset, its value and when it was enqueued (ms since the epoch, store's clock).
+
+    The time is the store's when the enqueue took its offsets (the lock, or
+    the reservation), so entries of producers on machines whose clocks
+    disagree still order by it.
+    """
+
+    offset: int
+    value: Any
+    enqueued_at_ms: int

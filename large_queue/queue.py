@@ -15,7 +15,8 @@ because the head only grows) and that no earlier dequeue erased: the
 metadata record keeps ``erased_below``, written by each dequeue's commit.
 A dequeued value therefore stays in the store at most until the next dequeue
 from its record or until its slot is reused, and a dequeue sends only the
-erasures it newly makes (a run of slots is one range operation).
+erasures it newly makes (a run of slots is one range operation). The
+dequeues themselves live in :mod:`large_queue._dequeue`.
 """
 
 from __future__ import annotations
@@ -24,24 +25,24 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from large_queue import _lifecycle, _receipts, _retention, errors
+from large_queue import _dequeue, _lifecycle, _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import NATIVE, check_entries, check_entry, decode_entry
+from large_queue._entries import Entry as Entry  # the entry a dequeue returns, at home here for users
 from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
 from large_queue._stats import Counters, QueueStats
 from large_queue._txn import txn_id as _txn_id
 from large_queue._waiting import IdlePoller
 from large_queue.appends import Appender, slot_writes
-from large_queue.appends._prefix import HoleWatch, Settled
+from large_queue.appends._prefix import HoleWatch
 from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
     Backend,
     ListGetRange,
     Operation,
-    ReadBeside,
     RecordKey,
     connect,
 )
@@ -55,36 +56,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("large_queue")
 
-#: dequeues that send no guessed read after a guess that missed (another consumer moved the head)
-_GUESSES_PAUSED_AFTER_A_MISS = 16
-
-
-class _Guess(NamedTuple):
-    """A read of the head's slots sent beside the lock's acquire: ``slots`` of them from offset ``head``."""
-
-    head: int
-    slots: int
-    read: ReadBeside
-
-
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
 #: how new queues append unless told otherwise
 DEFAULT_APPENDS = rec.RESERVED_APPENDS
-
-
-@dataclass(frozen=True, kw_only=True)
-class Entry:
-    """One queue entry: its offset, its value and when it was enqueued (ms since the epoch, store's clock).
-
-    The time is the store's when the enqueue took its offsets (the lock, or
-    the reservation), so entries of producers on machines whose clocks
-    disagree still order by it.
-    """
-
-    offset: int
-    value: Any
-    enqueued_at_ms: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,12 +128,6 @@ class Queue:
         self.reserved = metadata.reserved
         #: format 4: closers mark runs first, and head moves that may skip are recorded
         self.marked = metadata.marked
-        #: where this handle's last dequeue left the head: the guess of the next one's slots
-        self._next_head: int | None = metadata.head
-        self._guesses_paused = 0
-        self._same_queue: Condition | None = (
-            None if self.incarnation is None else same_queue(self.incarnation)
-        )
         self.hole_timeout = metadata.hole_timeout_ms / 1000
         #: the receipt log's bounds and operations (see :mod:`large_queue._receipts`)
         self.receipts = _receipts.Receipts(metadata.receipt_keep, metadata.receipt_age_ms)
@@ -185,6 +154,8 @@ class Queue:
         self.prefix = PrefixReader(
             backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters
         )
+        #: where this handle's last dequeue left the head: the guess of the next one's slots
+        self.head_guess = _dequeue.HeadGuess(self, metadata.head)
         #: the store's clock as this handle tells it between reads (consumers judge age by it)
         self.store_clock = _retention.StoreClock(self.appender.store_now)
 
@@ -370,7 +341,7 @@ class Queue:
 
     def _dequeue_as(self, holder: str | int) -> Entry | None:
         """A dequeue whose txn id names the lock holder only, as the reference API's does (no receipt)."""
-        taken = self._dequeue_now(1, _txn_id(holder), False)
+        taken = _dequeue.now(self, 1, _txn_id(holder), False)
         return taken[0] if taken else None
 
     def _append_checked(
@@ -537,7 +508,7 @@ class Queue:
             raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         mine = txn_id is not None
         if not timeout:
-            return self._dequeue_now(max_entries, txn, mine)
+            return _dequeue.now(self, max_entries, txn, mine)
         deadline = time.monotonic() + timeout
         while True:
             ready = True
@@ -545,7 +516,7 @@ class Queue:
                 if not self._idle.wait_turn(deadline):
                     return []
                 ready = self._has_entries()
-            if ready and (taken := self._dequeue_now(max_entries, txn, mine)):
+            if ready and (taken := _dequeue.now(self, max_entries, txn, mine)):
                 self._idle.found_something()
                 return taken
             self._idle.found_nothing()
@@ -553,160 +524,6 @@ class Queue:
     def _has_entries(self) -> bool:
         metadata = self.current_metadata()
         return metadata.tail > metadata.head
-
-    def _dequeue_now(self, max_entries: int, txn: str, mine: bool) -> list[Entry]:
-        """Dequeue what is there now; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
-        once = self._dequeue_settled if self.reserved else self._dequeue_once
-        while True:
-            taken, again = once(max_entries, txn, mine)
-            if taken or not again:
-                return taken
-
-    def _dequeue_receipt(self, grant: LockGrant, mine: bool, new_head: int, taken: list[Entry]) -> Any:
-        """The receipt a dequeue's commit leaves: for a caller's txn that took entries.
-
-        Its offsets run from the first entry taken (not the head: what was
-        passed over before it, overwritten or expired, was not taken) to the new head.
-        """
-        if not mine or not taken:
-            return None
-        return self.receipts.committed(grant.txn_id, _receipts.DEQUEUE, range(taken[0].offset, new_head))
-
-    def _dequeue_settled(self, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
-        """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
-
-        Stops at the first reserved offset not yet published. If that hole is
-        at the head and has been open past the hole timeout, closes it first.
-        """
-        guess = self._guess(max_entries)
-        beside = None if guess is None else guess.read
-        with self.lock.holding(txn, receipt=mine, beside=beside) as grant:
-            if grant.receipt is not None:
-                return self._repeated_dequeue(grant), False
-            self._refuse_groups(grant)
-            grant, read, settled = self._read_settled(grant, max_entries, guess)
-            expired, taken = _retention.split_expired(read, grant.now_ms, self.max_age_ms)
-            closed = not read and settled.end == grant.head and self.prefix.close_overdue(settled)
-            receipt = self._dequeue_receipt(grant, mine, settled.end, taken)
-            self.lock.commit(
-                grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
-            )
-        self.holes.forget(settled.end)
-        self._next_head = settled.end if taken else None  # an empty queue: no guess until entries come
-        self._dequeued(taken, settled.overwritten, expired)
-        return taken, closed or (not taken and settled.end > grant.head)
-
-    def _guess(self, max_entries: int) -> _Guess | None:
-        """The head's slots to read beside the lock's acquire, guessed from this handle's last dequeue.
-
-        Only where the store sends both in one round trip, and not for a
-        while after a wrong guess (another consumer moved the head meanwhile).
-        """
-        if not self.backend.reads_beside or self._next_head is None:
-            return None
-        if self._guesses_paused:
-            self._guesses_paused -= 1
-            return None
-        head = self._next_head
-        first = head % self.shape.slots_per_record
-        count = min(max_entries, self.shape.slots_per_record - first)
-        read: list[Operation] = [ListGetRange(rec.SLOTS, first, count)]
-        return _Guess(head, count, (self.keys.buffer(self.shape.record_of(head)), read, self._same_queue))
-
-    def _guessed_slots(self, grant: LockGrant, guess: _Guess | None, stop: int) -> list[Any] | None:
-        """The slots of ``[grant.head, stop)`` as the guessed read saw them, if each held its own offset.
-
-        A slot that holds its own offset (published, or closed) keeps it until
-        the head passes it, so it says the same whether it was read just
-        before the lock was taken or just after. Anything else (a hole not
-        yet published, a slot of another lap, another head) is read again
-        under the lock, so that holes are judged on slots read while holding it.
-        """
-        if guess is None or grant.beside is None:  # none sent (the lock was busy), or it failed
-            return None
-        head = grant.head
-        slots = grant.beside.get(rec.SLOTS)
-        if type(slots) is not list or guess.head != head:
-            self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS  # another consumer moved the head
-            return None
-        if stop > head + len(slots):
-            return None  # the range goes on into the next record: read it all under the lock
-        part = slots[: stop - head]
-        if not all(type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)):
-            self._guesses_paused = _GUESSES_PAUSED_AFTER_A_MISS
-            return None
-        return part
-
-    def _dequeued(self, taken: list[Entry], overwritten: int, expired: int) -> None:
-        """Count a committed dequeue, and say what it passed over: overwritten and expired entries.
-
-        Only after the commit is it certain: a holder whose lock broke may see reused slots.
-        """
-        self.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=overwritten)
-        if overwritten:
-            log.warning(
-                "queue %r: %d entries were overwritten before they were dequeued", self.name, overwritten
-            )
-        if expired:
-            _retention.report(self, expired)
-            if not taken:  # the head is old: drop what else has expired at once, not a read at a time
-                _retention.drop_expired(self)
-
-    def _refuse_groups(self, grant: LockGrant) -> None:
-        """A destructive dequeue of a queue consumed by groups is refused (the lock is then released)."""
-        if grant.groups:
-            raise errors.GroupsInUseError(
-                f"queue {self.name!r} is consumed by groups {list(grant.groups)}: every group must see every"
-                " entry, so dequeuing directly is refused; consume it with queue.consumer(..., group=...),"
-                " or delete the groups first",
-                queue=self.name,
-            )
-
-    def _read_settled(
-        self, grant: LockGrant, max_entries: int, guess: _Guess | None = None
-    ) -> tuple[LockGrant, list[Entry], Settled]:
-        """Read up to ``max_entries`` slots from the head under the lock, and settle them.
-
-        Slots the read guessed beside the acquire saw (``guess``) are not read again.
-        """
-        head = grant.head
-        stop = head + min(max_entries, grant.tail - head)
-        per_record = self.shape.slots_per_record
-        first = head % per_record
-        guessed = self._guessed_slots(grant, guess, stop) if stop > head else None
-        if guessed is not None:
-            settled = self.prefix.settle(head, stop, lambda offset: guessed[offset - head])
-        elif head < stop <= head + per_record - first:  # one run of one record: the common dequeue
-            grant, got = self._buffer_command(
-                grant, self.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
-            )
-            if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
-                got = [*got, *[None] * (stop - head - len(got))]
-            settled = self.prefix.settle(head, stop, lambda offset: got[offset - head])
-        else:
-            grant, slots = self._read_slots(grant, head, stop)
-            settled = self.prefix.settle(head, stop, slots.__getitem__)
-        if self.encoding == NATIVE:  # values as stored: no call per entry
-            entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
-            return grant, entries, settled
-        return grant, [self._entry(*found) for found in settled.entries], settled
-
-    def _read_slots(self, grant: LockGrant, head: int, stop: int) -> tuple[LockGrant, dict[int, Any]]:
-        """The slots of offsets ``[head, stop)``, one command per buffer record, under the lock.
-
-        Returns the (possibly renewed) grant and the slots by offset.
-        """
-        slots: dict[int, Any] = {}
-        for record, runs in self.shape.runs(head, stop).items():
-            first = min(self.shape.slot_of(run.start) for run in runs)
-            last = max(self.shape.slot_of(run[-1]) for run in runs)
-            grant, got = self._buffer_command(
-                grant, record, [], read=ListGetRange(rec.SLOTS, first, last - first + 1)
-            )
-            for run in runs:
-                start = self.shape.slot_of(run.start) - first
-                slots.update(zip(run, got[start : start + len(run)], strict=True))
-        return grant, slots
 
     def _entry_of(self, offset: int, found: tuple[Any, int]) -> Entry:
         """The entry of a slot already decoded by :func:`large_queue._records.slot_entry`."""
@@ -721,80 +538,6 @@ class Queue:
         except ValueError as exc:
             raise self.prefix.corrupt(offset, f"no valid entry for offset {offset}: {exc}") from None
         return frozen(Entry, offset=offset, value=value, enqueued_at_ms=enqueued_at_ms)
-
-    def _dequeue_once(self, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
-        """One locked dequeue (``appends="lock"``); True: try again (entries were overwritten)."""
-        with self.lock.holding(txn, receipt=mine) as grant:
-            if grant.receipt is not None:
-                return self._repeated_dequeue(grant), False
-            self._refuse_groups(grant)
-            grant, read, skipped, new_head = self._read_entries(grant, max_entries)
-            expired, taken = _retention.split_expired(read, grant.now_ms, self.max_age_ms)
-            receipt = self._dequeue_receipt(grant, mine, new_head, taken)
-            self.lock.commit(
-                grant, head=new_head, erased_below=grant.head, receipt=receipt, known={"entries": taken}
-            )
-        self._dequeued(taken, skipped, expired)
-        return taken, (skipped > 0 or expired > 0) and not taken
-
-    def _read_entries(self, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
-        """The middle step of a dequeue: read the head entries, one command per record.
-
-        Also erases this record's slots below the head. Returns the (possibly
-        renewed) grant, the entries in offset order, how many slots no longer
-        held their entry, and the head to commit.
-        """
-        head, tail = grant.head, grant.tail
-        stop = head + min(max_entries, tail - head)
-        taken: list[Entry] = []
-        skipped = 0
-        erasable = self.shape.runs(self._first_erasable(grant), head)
-        by_record = self.shape.runs(head, stop)
-        for record, runs in by_record.items():
-            first = min(self.shape.slot_of(run.start) for run in runs)
-            last = max(self.shape.slot_of(run[-1]) for run in runs)
-            erase = [
-                self._slot_writes(self.shape.slot_of(run.start), [None] * len(run))
-                for run in erasable.get(record, ())
-            ]
-            grant, slots = self._buffer_command(
-                grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
-            )
-            native = self.encoding == NATIVE
-            for run in runs:
-                index = self.shape.slot_of(run.start) - first
-                for offset in run:
-                    slot = slots[index]
-                    index += 1
-                    # the common case, checked inline; anything else goes through slot_entry
-                    if (
-                        native
-                        and type(slot) is list
-                        and len(slot) == 3
-                        and slot[0] == offset
-                        and type(slot[0]) is int
-                    ):
-                        taken.append(frozen(Entry, offset=offset, value=slot[1], enqueued_at_ms=slot[2]))
-                        continue
-                    found = rec.slot_entry(self.name, record, slot, offset, self.encoding)
-                    if found is None:
-                        skipped += 1
-                    else:
-                        taken.append(frozen(Entry, offset=offset, value=found[0], enqueued_at_ms=found[1]))
-        if any(len(runs) > 1 for runs in by_record.values()):
-            taken.sort(key=lambda entry: entry.offset)  # a record's second run came before other records'
-        return grant, taken, skipped, stop
-
-    def _first_erasable(self, grant: LockGrant) -> int:
-        """The lowest dequeued offset whose slot may still hold its value and may be erased.
-
-        Offsets below ``erased_below`` were erased by earlier dequeues; a slot
-        more than one record's worth below the head is left to be reused;
-        ``o + capacity >= tail`` means no committed entry has taken the slot since.
-        """
-        return max(
-            0, grant.erased_below, grant.head - self.shape.slots_per_record, grant.tail - self.capacity
-        )
 
     def stats(self) -> QueueStats:
         """What this handle has done and met since it was opened (see :class:`QueueStats`)."""

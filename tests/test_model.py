@@ -31,7 +31,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from large_queue import InvalidArgumentError, LockLostError, Queue, QueueFullError
+from large_queue import InvalidArgumentError, LockLostError, Queue, QueueFullError, _dequeue
 from large_queue.lock import LockGrant, _Busy
 from tests.fix_backends import Store
 
@@ -222,8 +222,8 @@ class InterleavingMachine(RuleBasedStateMachine):
                     pending.grant, pending.values, overwrite_if_full=False
                 )
             else:
-                grant, entries, skipped, pending.new_head = self.queue._read_entries(
-                    pending.grant, pending.count
+                grant, entries, skipped, pending.new_head = _dequeue.read_entries(
+                    self.queue, pending.grant, pending.count
                 )
                 assert skipped == 0 or not current, "the current holder found a slot that lost its entry"
                 pending.taken = [(e.offset, e.value) for e in entries]

@@ -1,0 +1,311 @@
+"""Destructive dequeues: take the lock, read the head's slots, commit the new head.
+
+One way per append mode, both under the queue lock:
+
+- ``appends="reserve"`` (:func:`settled_once`): the head's slots are read
+  and settled (:mod:`large_queue.appends._prefix`); the dequeue stops at the
+  first reserved offset not yet published, and closes that hole first when
+  it is at the head and has been open past the hole timeout.
+- ``appends="lock"`` (:func:`locked_once`): the slots hold what the
+  producers wrote under the lock; each read also erases the slots below the
+  head that no earlier dequeue erased (``erased_below``).
+
+Either way the commit writes the new head (and the txn's receipt) and
+releases the lock in one guarded command: a dequeuer whose lock broke while
+it was paused commits nothing (``LockLostError``), and the entries it read
+are delivered by the next holder.
+
+Where the store sends a read beside a write in one round trip (Aerospike),
+a reserve queue's handle reads the slots where its last dequeue left the
+head together with the acquire (:class:`HeadGuess`). The timeline of a
+guess that goes wrong (a lone consumer C, a producer P)::
+
+    t=0.0  C's dequeue took 40..41: its guess of the next head is 42.
+    t=0.1  P reserves 42 and pauses before publishing it.
+    t=0.2  C sends the acquire with a read of slot 42 beside it; the read
+           sees [-1] (an older lap's slot: 42 is not published).
+    t=0.2  P publishes 42, just after C's read and before its lock.
+    t=0.2  C holds the lock with head 42: the guessed slot does not hold
+           its own offset, so C reads slot 42 again under the lock, sees
+           the entry and delivers it. Holes are only ever judged (and
+           closed) on slots read while holding the lock.
+    t=0.3  C's next 16 dequeues send no guess; then it guesses again.
+
+A slot that holds its own offset (published, or closed) keeps it until the
+head passes it, so such a slot says the same whether it was read just
+before the lock was taken or just after: only those are taken from a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from large_queue import _receipts, _retention, errors
+from large_queue import _records as rec
+from large_queue._entries import NATIVE, Entry
+from large_queue._frozen import frozen
+from large_queue.appends._prefix import Settled
+from large_queue.backends import Backend, ListGetRange, Operation, ReadBeside
+from large_queue.fencing import same_queue
+from large_queue.lock import LockGrant
+
+if TYPE_CHECKING:
+    from large_queue.queue import Queue
+
+log = logging.getLogger("large_queue")
+
+#: dequeues that send no guessed read after a guess that missed (another consumer moved the head)
+GUESSES_PAUSED_AFTER_A_MISS = 16
+
+
+def now(queue: Queue, max_entries: int, txn: str, mine: bool) -> list[Entry]:
+    """Dequeue what is there now; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
+    once = settled_once if queue.reserved else locked_once
+    while True:
+        taken, again = once(queue, max_entries, txn, mine)
+        if taken or not again:
+            return taken
+
+
+def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
+    """One locked dequeue of the published prefix (``appends="reserve"``); True: try again."""
+    guess = queue.head_guess.read(max_entries)
+    beside = None if guess is None else guess.read
+    with queue.lock.holding(txn, receipt=mine, beside=beside) as grant:
+        if grant.receipt is not None:
+            return queue._repeated_dequeue(grant), False
+        _refuse_groups(queue, grant)
+        grant, read, settled = read_settled(queue, grant, max_entries, guess)
+        expired, taken = _retention.split_expired(read, grant.now_ms, queue.max_age_ms)
+        closed = not read and settled.end == grant.head and queue.prefix.close_overdue(settled)
+        receipt = _receipt(queue, grant, mine, settled.end, taken)
+        queue.lock.commit(
+            grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
+        )
+    queue.holes.forget(settled.end)
+    queue.head_guess.left_at(settled.end if taken else None)  # an empty queue: no guess until entries come
+    dequeued(queue, taken, settled.overwritten, expired)
+    return taken, closed or (not taken and settled.end > grant.head)
+
+
+def locked_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
+    """One locked dequeue (``appends="lock"``); True: try again (entries were overwritten)."""
+    with queue.lock.holding(txn, receipt=mine) as grant:
+        if grant.receipt is not None:
+            return queue._repeated_dequeue(grant), False
+        _refuse_groups(queue, grant)
+        grant, read, skipped, new_head = read_entries(queue, grant, max_entries)
+        expired, taken = _retention.split_expired(read, grant.now_ms, queue.max_age_ms)
+        receipt = _receipt(queue, grant, mine, new_head, taken)
+        queue.lock.commit(
+            grant, head=new_head, erased_below=grant.head, receipt=receipt, known={"entries": taken}
+        )
+    dequeued(queue, taken, skipped, expired)
+    return taken, (skipped > 0 or expired > 0) and not taken
+
+
+def _receipt(queue: Queue, grant: LockGrant, mine: bool, new_head: int, taken: list[Entry]) -> Any:
+    """The receipt a dequeue's commit leaves: for a caller's txn that took entries.
+
+    Its offsets run from the first entry taken (not the head: what was
+    passed over before it, overwritten or expired, was not taken) to the new head.
+    """
+    if not mine or not taken:
+        return None
+    return queue.receipts.committed(grant.txn_id, _receipts.DEQUEUE, range(taken[0].offset, new_head))
+
+
+def dequeued(queue: Queue, taken: list[Entry], overwritten: int, expired: int) -> None:
+    """Count a committed dequeue, and say what it passed over: overwritten and expired entries.
+
+    Only after the commit is it certain: a holder whose lock broke may see reused slots.
+    """
+    queue.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=overwritten)
+    if overwritten:
+        log.warning(
+            "queue %r: %d entries were overwritten before they were dequeued", queue.name, overwritten
+        )
+    if expired:
+        _retention.report(queue, expired)
+        if not taken:  # the head is old: drop what else has expired at once, not a read at a time
+            _retention.drop_expired(queue)
+
+
+def _refuse_groups(queue: Queue, grant: LockGrant) -> None:
+    """A destructive dequeue of a queue consumed by groups is refused (the lock is then released)."""
+    if grant.groups:
+        raise errors.GroupsInUseError(
+            f"queue {queue.name!r} is consumed by groups {list(grant.groups)}: every group must see every"
+            " entry, so dequeuing directly is refused; consume it with queue.consumer(..., group=...),"
+            " or delete the groups first",
+            queue=queue.name,
+        )
+
+
+class Guess(NamedTuple):
+    """A read of the head's slots sent beside the lock's acquire: ``slots`` of them from offset ``head``."""
+
+    head: int
+    slots: int
+    read: ReadBeside
+
+
+class HeadGuess:
+    """Where a handle's last dequeue left the head, and the read of its slots to send with the acquire."""
+
+    def __init__(self, queue: Queue, head: int) -> None:
+        self.backend: Backend = queue.backend
+        self.keys = queue.keys
+        self.shape = queue.shape
+        self._guard = None if queue.incarnation is None else same_queue(queue.incarnation)
+        self._next_head: int | None = head
+        self._paused = 0
+
+    def read(self, max_entries: int) -> Guess | None:
+        """The read to send beside the acquire: only where the store sends both in one round trip,
+        and not for a while after a wrong guess (another consumer moved the head meanwhile)."""
+        if not self.backend.reads_beside or self._next_head is None:
+            return None
+        if self._paused:
+            self._paused -= 1
+            return None
+        head = self._next_head
+        first = head % self.shape.slots_per_record
+        count = min(max_entries, self.shape.slots_per_record - first)
+        read: list[Operation] = [ListGetRange(rec.SLOTS, first, count)]
+        return Guess(head, count, (self.keys.buffer(self.shape.record_of(head)), read, self._guard))
+
+    def left_at(self, head: int | None) -> None:
+        """The head a committed dequeue left (None: it found nothing, so guess nothing next)."""
+        self._next_head = head
+
+    def slots(self, grant: LockGrant, guess: Guess | None, stop: int) -> list[Any] | None:
+        """The slots of ``[grant.head, stop)`` as the guessed read saw them, if each held its own offset.
+
+        Anything else (a hole not yet published, a slot of another lap,
+        another head) is None: read again under the lock.
+        """
+        if guess is None or grant.beside is None:  # none sent (the lock was busy), or it failed
+            return None
+        head = grant.head
+        slots = grant.beside.get(rec.SLOTS)
+        if type(slots) is not list or guess.head != head:
+            self._paused = GUESSES_PAUSED_AFTER_A_MISS  # another consumer moved the head
+            return None
+        if stop > head + len(slots):
+            return None  # the range goes on into the next record: read it all under the lock
+        part = slots[: stop - head]
+        if not all(type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)):
+            self._paused = GUESSES_PAUSED_AFTER_A_MISS
+            return None
+        return part
+
+
+def read_settled(
+    queue: Queue, grant: LockGrant, max_entries: int, guess: Guess | None = None
+) -> tuple[LockGrant, list[Entry], Settled]:
+    """Read up to ``max_entries`` slots from the head under the lock, and settle them.
+
+    Slots the read guessed beside the acquire saw (``guess``) are not read again.
+    """
+    head = grant.head
+    stop = head + min(max_entries, grant.tail - head)
+    per_record = queue.shape.slots_per_record
+    first = head % per_record
+    guessed = queue.head_guess.slots(grant, guess, stop) if stop > head else None
+    if guessed is not None:
+        settled = queue.prefix.settle(head, stop, lambda offset: guessed[offset - head])
+    elif head < stop <= head + per_record - first:  # one run of one record: the common dequeue
+        grant, got = queue._buffer_command(
+            grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
+        )
+        if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
+            got = [*got, *[None] * (stop - head - len(got))]
+        settled = queue.prefix.settle(head, stop, lambda offset: got[offset - head])
+    else:
+        grant, slots = _read_slots(queue, grant, head, stop)
+        settled = queue.prefix.settle(head, stop, slots.__getitem__)
+    if queue.encoding == NATIVE:  # values as stored: no call per entry
+        entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
+        return grant, entries, settled
+    return grant, [queue._entry(*found) for found in settled.entries], settled
+
+
+def _read_slots(queue: Queue, grant: LockGrant, head: int, stop: int) -> tuple[LockGrant, dict[int, Any]]:
+    """The slots of offsets ``[head, stop)``, one command per buffer record, under the lock.
+
+    Returns the (possibly renewed) grant and the slots by offset.
+    """
+    shape = queue.shape
+    slots: dict[int, Any] = {}
+    for record, runs in shape.runs(head, stop).items():
+        first = min(shape.slot_of(run.start) for run in runs)
+        last = max(shape.slot_of(run[-1]) for run in runs)
+        grant, got = queue._buffer_command(
+            grant, record, [], read=ListGetRange(rec.SLOTS, first, last - first + 1)
+        )
+        for run in runs:
+            start = shape.slot_of(run.start) - first
+            slots.update(zip(run, got[start : start + len(run)], strict=True))
+    return grant, slots
+
+
+def read_entries(queue: Queue, grant: LockGrant, max_entries: int) -> tuple[LockGrant, list[Entry], int, int]:
+    """The middle step of a locked dequeue: read the head entries, one command per record.
+
+    Also erases this record's slots below the head. Returns the (possibly
+    renewed) grant, the entries in offset order, how many slots no longer
+    held their entry, and the head to commit.
+    """
+    shape = queue.shape
+    head, tail = grant.head, grant.tail
+    stop = head + min(max_entries, tail - head)
+    taken: list[Entry] = []
+    skipped = 0
+    erasable = shape.runs(_first_erasable(queue, grant), head)
+    by_record = shape.runs(head, stop)
+    native = queue.encoding == NATIVE
+    for record, runs in by_record.items():
+        first = min(shape.slot_of(run.start) for run in runs)
+        last = max(shape.slot_of(run[-1]) for run in runs)
+        erase = [
+            queue._slot_writes(shape.slot_of(run.start), [None] * len(run))
+            for run in erasable.get(record, ())
+        ]
+        grant, slots = queue._buffer_command(
+            grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
+        )
+        for run in runs:
+            index = shape.slot_of(run.start) - first
+            for offset in run:
+                slot = slots[index]
+                index += 1
+                # the common case, checked inline; anything else goes through slot_entry
+                if (
+                    native
+                    and type(slot) is list
+                    and len(slot) == 3
+                    and slot[0] == offset
+                    and type(slot[0]) is int
+                ):
+                    taken.append(frozen(Entry, offset=offset, value=slot[1], enqueued_at_ms=slot[2]))
+                    continue
+                found = rec.slot_entry(queue.name, record, slot, offset, queue.encoding)
+                if found is None:
+                    skipped += 1
+                else:
+                    taken.append(frozen(Entry, offset=offset, value=found[0], enqueued_at_ms=found[1]))
+    if any(len(runs) > 1 for runs in by_record.values()):
+        taken.sort(key=lambda entry: entry.offset)  # a record's second run came before other records'
+    return grant, taken, skipped, stop
+
+
+def _first_erasable(queue: Queue, grant: LockGrant) -> int:
+    """The lowest dequeued offset whose slot may still hold its value and may be erased.
+
+    Offsets below ``erased_below`` were erased by earlier dequeues; a slot
+    more than one record's worth below the head is left to be reused;
+    ``o + capacity >= tail`` means no committed entry has taken the slot since.
+    """
+    return max(0, grant.erased_below, grant.head - queue.shape.slots_per_record, grant.tail - queue.capacity)

@@ -61,6 +61,10 @@ class Delayed(Delegating):
 
 #: slots per buffer record of the producers' queues
 SLOTS_PER_RECORD = 100
+#: slots beyond the entries sent: a reservation that timed out in doubt and was made again leaves
+#: its first try as a hole, which holds slots until a reader closes it (a queue sized exactly
+#: could then refuse the last entries as full)
+HOLE_ROOM = 10 * SLOTS_PER_RECORD
 
 
 def _store(url: str, delay: float) -> Backend:
@@ -93,7 +97,11 @@ def concurrent(
     backend = connect(url)
     name = f"bench-conc-{uuid.uuid4().hex[:8]}"
     queue = Queue.create(
-        backend, name, capacity=processes * per_process, slots_per_record=SLOTS_PER_RECORD, appends=appends
+        backend,
+        name,
+        capacity=processes * per_process + HOLE_ROOM,
+        slots_per_record=SLOTS_PER_RECORD,
+        appends=appends,
     )
     context = multiprocessing.get_context("spawn")
     start_event, results = context.Event(), context.Queue()
@@ -145,7 +153,10 @@ def producer_object(url: str, threads: int, per_thread: int, *, max_batch: int =
     backend = connect(url)
     name = f"bench-producer-{uuid.uuid4().hex[:8]}"
     total = threads * per_thread
-    queue = Queue.create(backend, name, capacity=total, slots_per_record=100, appends="reserve")
+    capacity = total + max(HOLE_ROOM, 3 * max_batch)  # a timed-out batch's hole is up to max_batch long
+    queue = Queue.create(
+        backend, name, capacity=capacity, slots_per_record=SLOTS_PER_RECORD, appends="reserve"
+    )
     offsets: list[list[int]] = [[] for _ in range(threads)]
     opened = backend.commands
     with queue.producer(max_batch=max_batch) as producer:

@@ -198,8 +198,21 @@ class Groups:
         return letters
 
 
-def _check_group(events: list[dict[str, Any]], group: str) -> dict[str, int]:
-    """Check one group's history (see the module docstring); return its figures."""
+def _unsettled(events: list[dict[str, Any]], node: str) -> set[int]:
+    """Values delivered to ``node`` that it never wrote an ack or nack of."""
+    delivered = {e["value"] for e in events if e["node"] == node and e["kind"] == "delivered"}
+    settled = {v for e in events if e["node"] == node and e["kind"] in SETTLED for v in e["values"]}
+    return delivered - settled
+
+
+def _check_group(events: list[dict[str, Any]], group: str, killed: str) -> dict[str, int]:
+    """Check one group's history (see the module docstring); return its figures.
+
+    The ``killed`` node's last ack may have been applied just before its
+    SIGKILL and never written to its log (the kill waits for the group's
+    acked offset, which that very ack moves): entries it was delivered and
+    never logged settling count as acked by it, if nobody else acked them.
+    """
     events = [e for e in events if e["group"] == group]
     owners_by_epoch: dict[int, set[str]] = defaultdict(set)
     for event in events:
@@ -208,8 +221,10 @@ def _check_group(events: list[dict[str, Any]], group: str) -> dict[str, int]:
     assert all(len(nodes) == 1 for nodes in owners_by_epoch.values()), (group, owners_by_epoch)
     acked = Counter(v for e in events if e["kind"] == "acked" for v in e["values"])
     expected = set(range(ENTRIES)) - POISON
-    assert set(acked) == expected, (
-        f"{group}: never acked {sorted(expected - set(acked))}, poison acked {sorted(set(acked) - expected)}"
+    in_doubt = (expected - set(acked)) & _unsettled(events, killed)
+    assert set(acked) | in_doubt == expected, (
+        f"{group}: never acked {sorted(expected - set(acked) - in_doubt)},"
+        f" poison acked {sorted(set(acked) - expected)}"
     )
     assert [v for v, n in acked.items() if n > 1] == [], f"{group}: acked twice"
     counts: dict[int, list[int]] = defaultdict(list)
@@ -227,6 +242,7 @@ def _check_group(events: list[dict[str, Any]], group: str) -> dict[str, int]:
         "epochs": len(owners_by_epoch),
         "redeliveries": sum(c > 1 for value, cs in counts.items() if value not in POISON for c in cs),
         "refused": sum(e["kind"].endswith("-refused") for e in events),
+        "acked by the killed node, unlogged": len(in_doubt),
     }
 
 
@@ -252,7 +268,7 @@ def test_groups_of_node_processes_survive_a_killed_and_a_paused_owner(place: Pla
     assert groups.producer.exitcode == 0
     events = groups.events()
     for group in GROUPS:
-        figures = _check_group(events, group)
+        figures = _check_group(events, group, killed[group])
         print(f"{group}: killed {killed[group]}, paused {pauses[group][0]}: {figures}")
         node, epoch_after, continued_ns = pauses[group]
         stale = [

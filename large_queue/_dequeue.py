@@ -213,16 +213,16 @@ def read_settled(
     stop = head + min(max_entries, grant.tail - head)
     per_record = queue.shape.slots_per_record
     first = head % per_record
-    guessed = queue.head_guess.slots(grant, guess, stop) if stop > head else None
-    if guessed is not None:
-        settled = queue.prefix.settle(head, stop, lambda offset: guessed[offset - head])
-    elif head < stop <= head + per_record - first:  # one run of one record: the common dequeue
+    got = queue.head_guess.slots(grant, guess, stop) if stop > head else None  # slots from the head
+    if got is None and head < stop <= head + per_record - first:  # one run of one record: the common read
         grant, got = queue._buffer_command(
             grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
         )
         if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
             got = [*got, *[None] * (stop - head - len(got))]
-        settled = queue.prefix.settle(head, stop, lambda offset: got[offset - head])
+    if got is not None:
+        from_head = got
+        settled = queue.prefix.settle(head, stop, lambda offset: from_head[offset - head])
     else:
         grant, slots = _read_slots(queue, grant, head, stop)
         settled = queue.prefix.settle(head, stop, slots.__getitem__)

@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from large_queue import _receipts, _retention, errors
 from large_queue import _records as rec
-from large_queue._entries import NATIVE, Entry
+from large_queue._entries import NATIVE, Entry, entries_of
 from large_queue._frozen import frozen
-from large_queue.appends._prefix import Settled
+from large_queue.appends._prefix import Settled, settle_plain
 from large_queue.backends import Backend, ListGetRange, Operation, ReadBeside
 from large_queue.fencing import same_queue
 from large_queue.lock import LockGrant
@@ -181,10 +181,9 @@ class HeadGuess:
         self._next_head = head
 
     def slots(self, grant: LockGrant, guess: Guess | None, stop: int) -> list[Any] | None:
-        """The slots of ``[grant.head, stop)`` as the guessed read saw them, if each held its own offset.
+        """The slots of ``[grant.head, stop)`` as the guessed read saw them: None if it read another head.
 
-        Anything else (a hole not yet published, a slot of another lap,
-        another head) is None: read again under the lock.
+        Their offsets are not checked here: see :meth:`holds_own`.
         """
         if guess is None or grant.beside is None:  # none sent (the lock was busy), or it failed
             return None
@@ -195,11 +194,21 @@ class HeadGuess:
             return None
         if stop > head + len(slots):
             return None  # the range goes on into the next record: read it all under the lock
-        part = slots[: stop - head]
-        if not all(type(slot) is list and slot and slot[0] == o for o, slot in enumerate(part, head)):
+        return slots[: stop - head]
+
+    def holds_own(self, head: int, slots: list[Any]) -> bool:
+        """Whether each guessed slot from ``head`` held its own offset (published or closed: final).
+
+        Anything else (a hole not yet published, a slot of another lap) is
+        False: read again under the lock, and guess nothing for a while.
+        """
+        try:  # one comparison of lists: a third of the time of a test per slot
+            own = [slot[0] for slot in slots] == list(range(head, head + len(slots)))
+        except (TypeError, IndexError, KeyError):  # a slot that is no list, or empty: read it under the lock
+            own = False
+        if not own:
             self._paused = GUESSES_PAUSED_AFTER_A_MISS
-            return None
-        return part
+        return own
 
 
 def read_settled(
@@ -214,21 +223,24 @@ def read_settled(
     per_record = queue.shape.slots_per_record
     first = head % per_record
     got = queue.head_guess.slots(grant, guess, stop) if stop > head else None  # slots from the head
-    if got is None and head < stop <= head + per_record - first:  # one run of one record: the common read
+    settled = None if got is None else settle_plain(head, got)  # each a published entry: final, taken
+    if settled is None and got is not None and not queue.head_guess.holds_own(head, got):
+        got = None  # a slot the guess saw may have changed since: read it under the lock
+    if settled is None and got is None and head < stop <= head + per_record - first:  # the common read
         grant, got = queue._buffer_command(
             grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
         )
         if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
             got = [*got, *[None] * (stop - head - len(got))]
-    if got is not None:
+        settled = settle_plain(head, got)
+    if settled is None and got is not None:
         from_head = got
         settled = queue.prefix.settle(head, stop, lambda offset: from_head[offset - head])
-    else:
+    if settled is None:  # a read spanning records
         grant, slots = _read_slots(queue, grant, head, stop)
         settled = queue.prefix.settle(head, stop, slots.__getitem__)
     if queue.encoding == NATIVE:  # values as stored: no call per entry
-        entries = [frozen(Entry, offset=o, value=v, enqueued_at_ms=at) for o, v, at in settled.entries]
-        return grant, entries, settled
+        return grant, entries_of(settled.entries), settled
     return grant, [queue._entry(*found) for found in settled.entries], settled
 
 

@@ -263,3 +263,25 @@ class Entry:
     offset: int
     value: Any
     enqueued_at_ms: int
+
+
+_new_object = object.__new__
+
+
+def entries_of(rows: Iterable[tuple[int, Any, int]]) -> list[Entry]:
+    """Entries of ``(offset, value, enqueued_at_ms)`` rows, in their order.
+
+    A dequeue makes them by the hundred: each instance's ``__dict__`` is
+    filled in place (as :func:`large_queue._frozen.frozen` does, without its
+    call per entry), about 0.3 us an entry where ``Entry(...)`` takes 1 us.
+    """
+    made: list[Entry] = []
+    append = made.append
+    for offset, value, enqueued_at_ms in rows:
+        entry = _new_object(Entry)
+        fields = entry.__dict__
+        fields["offset"] = offset
+        fields["value"] = value
+        fields["enqueued_at_ms"] = enqueued_at_ms
+        append(entry)
+    return made

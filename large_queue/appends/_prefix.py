@@ -72,6 +72,24 @@ def kind_of(offset: int, slot: Any) -> tuple[str, int | None]:
     raise ValueError(f"malformed slot for offset {offset}: {slot!r}")
 
 
+def settle_plain(start: int, slots: list[Any]) -> Settled | None:
+    """``[start, start + len(slots))`` settled at once where every slot holds a plain entry of its own offset.
+
+    That is the common read (no hole, no later lap, no batch spanning
+    records), so it goes without :func:`settle`'s call per slot; anything
+    else is None, for :func:`settle`.
+    """
+    entries: list[tuple[int, Any, int]] = []
+    append = entries.append
+    offset = start
+    for slot in slots:
+        if type(slot) is not list or len(slot) != 3 or slot[0] != offset or type(slot[0]) is not int:
+            return None
+        append((offset, slot[1], slot[2]))
+        offset += 1
+    return Settled(start=start, end=offset, entries=entries)
+
+
 def settle(
     start: int,
     stop: int,
@@ -164,4 +182,14 @@ class HoleWatch:
                 del self._first_seen[offset]
 
 
-__all__ = ["CLOSED", "ENTRY", "OVERWRITTEN", "PENDING", "HoleWatch", "Settled", "kind_of", "settle"]
+__all__ = [
+    "CLOSED",
+    "ENTRY",
+    "OVERWRITTEN",
+    "PENDING",
+    "HoleWatch",
+    "Settled",
+    "kind_of",
+    "settle",
+    "settle_plain",
+]

@@ -206,21 +206,33 @@ def _flat_and_plain(entry: dict[Any, Any]) -> bool:
 def _check_sizes(checked: list[Any], limit_bytes: int) -> None:
     """``EntryTooLargeError`` for the first entry whose encoding exceeds ``limit_bytes``.
 
-    One encoding of the whole batch when it fits the limit (then so does
-    each of its entries); entry by entry otherwise.
+    A list encodes as a short header and its items, so a run of entries
+    whose encoding fits the limit holds no entry that does not. The batch
+    is encoded whole; if it is larger than the limit, in runs sized to fit
+    about half the limit each (a batch of 100 small entries: 4 encodings,
+    not 101); only a run that still does not fit is encoded entry by entry.
     """
     try:
-        if len(checked) > 1 and len(_ENCODER.encode(checked)) <= limit_bytes:
-            return
-        for index, entry in enumerate(checked):
-            size = len(_ENCODER.encode(entry))
-            if size > limit_bytes:
-                raise errors.EntryTooLargeError(
-                    f"entry {index} is {size} bytes encoded; this queue's slots hold at most"
-                    f" {limit_bytes} bytes (lower slots_per_record or raise the record size limit)",
-                    size=size,
-                    limit=limit_bytes,
-                )
+        count = len(checked)
+        if count > 1:
+            total = len(_ENCODER.encode(checked))
+            if total <= limit_bytes:
+                return
+            run = max(1, count * limit_bytes // (2 * total))
+        else:
+            run = 1
+        for start in range(0, count, run):
+            if run > 1 and len(_ENCODER.encode(checked[start : start + run])) <= limit_bytes:
+                continue
+            for index in range(start, min(start + run, count)):
+                size = len(_ENCODER.encode(checked[index]))
+                if size > limit_bytes:
+                    raise errors.EntryTooLargeError(
+                        f"entry {index} is {size} bytes encoded; this queue's slots hold at most"
+                        f" {limit_bytes} bytes (lower slots_per_record or raise the record size limit)",
+                        size=size,
+                        limit=limit_bytes,
+                    )
     except (UnicodeEncodeError, TypeError) as exc:  # a str with a lone surrogate: not UTF-8
         index = _first_unencodable(checked)
         raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None

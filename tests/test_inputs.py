@@ -17,7 +17,7 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import _records as rec
-from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH, max_entry_bytes
+from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH, check_entries, max_entry_bytes
 from large_queue.backends import WriteMode, connect
 from large_queue.errors import NamespaceNotFoundError
 from tests.fix_backends import Store
@@ -164,6 +164,21 @@ def test_oversize_entry_is_refused_and_queue_unchanged(store: Store) -> None:
     info = queue.info()
     assert (info.tail_offset, info.lock_owner) == (1, None)
     assert queue.dequeue().value == "a" * (limit - 10)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("too_large", [0, 1, 17, 48, 49])
+def test_a_batch_larger_than_a_slot_names_its_first_entry_too_large(too_large: int) -> None:
+    limit = 1000
+    small = ["x" * 90] * 50  # about 4.6 KB in all: more than a slot holds, each entry well within it
+    assert check_entries(small, limit) == small
+    batch = list(small)
+    batch[too_large] = "y" * limit
+    batch[min(too_large + 3, 49)] = "z" * limit  # a later one too large as well: the first is named
+    with pytest.raises(EntryTooLargeError, match=f"^entry {too_large} is {limit + 3} bytes encoded"):
+        check_entries(batch, limit)
+    batch = list(small)
+    batch[too_large] = "y" * (limit - 3)  # exactly a slot: fits
+    assert check_entries(batch, limit) == batch
 
 
 def test_slots_take_their_size_from_the_stores_record_limit(store: Store) -> None:

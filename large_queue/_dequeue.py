@@ -290,19 +290,14 @@ def read_entries(queue: Queue, grant: LockGrant, max_entries: int) -> tuple[Lock
         )
         for run in runs:
             index = shape.slot_of(run.start) - first
+            part = slots[index : index + len(run)]
+            plain = settle_plain(run.start, part) if native and len(part) == len(run) else None
+            if plain is not None:  # the common read: each slot a plain entry of its own offset
+                taken += entries_of(plain.entries)
+                continue
             for offset in run:
                 slot = slots[index]
                 index += 1
-                # the common case, checked inline; anything else goes through slot_entry
-                if (
-                    native
-                    and type(slot) is list
-                    and len(slot) == 3
-                    and slot[0] == offset
-                    and type(slot[0]) is int
-                ):
-                    taken.append(frozen(Entry, offset=offset, value=slot[1], enqueued_at_ms=slot[2]))
-                    continue
                 found = rec.slot_entry(queue.name, record, slot, offset, queue.encoding)
                 if found is None:
                     skipped += 1

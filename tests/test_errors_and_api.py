@@ -20,6 +20,8 @@ from large_queue.backends.conditions import (
     Clock,
     IntBin,
     ListRangeMax,
+    MapItem,
+    MapKeyCount,
     Not,
     NowMs,
     Param,
@@ -183,6 +185,26 @@ def test_conditions_follow_aerospike_three_valued_logic() -> None:
     assert evaluate(lt(ListRangeMax("slots", 2, 1), 4), slots, AT(0)) is True
     assert evaluate(eq(ListRangeMax("slots", 5, 1), 1), slots, AT(0)) is UNKNOWN  # out of range
     assert evaluate(eq(ListRangeMax("bad", 0, 2), 1), slots, AT(0)) is UNKNOWN  # an item is no list
+
+
+def test_templates_compile_once_and_take_each_binding_s_values() -> None:
+    log = {"log": {"t1": [5, 16], "t2": [6, "x"]}, "n": 3}
+    first_is = eq(MapItem("log", Param("k"), 1), Param("f"))  # one template, bound per command
+    assert evaluate(Bound(first_is, {"k": "t1", "f": 16}), log, AT(0)) is True
+    assert evaluate(Bound(first_is, {"k": "t1", "f": 17}), log, AT(0)) is False
+    assert evaluate(Bound(first_is, {"k": "t2", "f": 16}), log, AT(0)) is UNKNOWN  # not an int
+    assert evaluate(Bound(first_is, {"k": "t9", "f": 16}), log, AT(0)) is UNKNOWN  # no such key
+    assert evaluate(eq(MapKeyCount("log", "t2"), 1), log, AT(0)) is True
+    assert evaluate(eq(MapKeyCount("n", "t2"), 0), log, AT(0)) is UNKNOWN  # not a map
+    nested = any_of(Bound(lt(IntBin("n"), Param("m")), {"m": 4}), eq(IntBin("missing"), 1))
+    assert evaluate(nested, log, AT(0)) is True
+    assert evaluate(Not(nested), log, AT(0)) is False
+    with pytest.raises(TypeError, match="has no value: bind the template"):
+        evaluate(first_is, log, AT(0))
+    with pytest.raises(TypeError, match="not a condition"):
+        evaluate(IntBin("n"), log, AT(0))  # type: ignore[arg-type]
+    for n in range(3):  # a condition built anew for each command: compiled as it comes
+        assert evaluate(eq(IntBin("n"), n), {"n": 1}, AT(0)) is (n == 1)
 
 
 def test_conditions_compile_to_the_clients_filter_expressions() -> None:

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -163,6 +164,7 @@ class Bound:
 
 
 Condition = Compare | And | Or | Not | BinExists | Bound
+_CONDITIONS = (Compare, And, Or, Not, BinExists, Bound)
 
 
 def eq(left: Operand, right: Operand) -> Compare:
@@ -210,13 +212,13 @@ def any_of(*parts: Condition) -> Or:
     return Or(tuple(parts))
 
 
-_COMPARATORS = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+_COMPARATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -245,79 +247,189 @@ class Clock:
 def evaluate(
     condition: Condition, bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None = None
 ) -> Any:
-    """Evaluate ``condition`` on a record; returns True, False or ``UNKNOWN``."""
-    if isinstance(condition, Compare):
-        left = value_of(condition.left, bins, clock, params)
-        right = value_of(condition.right, bins, clock, params)
-        if left is UNKNOWN or right is UNKNOWN or type(left) is not type(right):
-            return UNKNOWN
-        return _COMPARATORS[condition.op](left, right)
-    if isinstance(condition, Bound):
-        return evaluate(condition.template, bins, clock, condition.values)
-    if isinstance(condition, BinExists):
-        return condition.name in bins
-    if isinstance(condition, Not):
-        inner = evaluate(condition.part, bins, clock, params)
-        return inner if inner is UNKNOWN else not inner
-    if isinstance(condition, And):
-        results = [evaluate(p, bins, clock, params) for p in condition.parts]
-        if any(r is False for r in results):
-            return False
-        return UNKNOWN if any(r is UNKNOWN for r in results) else True
-    if isinstance(condition, Or):
-        results = [evaluate(p, bins, clock, params) for p in condition.parts]
-        if any(r is True for r in results):
-            return True
-        return UNKNOWN if any(r is UNKNOWN for r in results) else False
-    raise TypeError(f"not a condition: {condition!r}")
+    """Evaluate ``condition`` on a record; returns True, False or ``UNKNOWN``.
+
+    Each condition object (a constant or a template) is compiled once into
+    nested closures and kept (see :func:`compiled`), as the Aerospike
+    backend compiles it once into a filter expression.
+    """
+    if type(condition) is Bound:
+        return compiled(condition.template, condition=True)(bins, clock, condition.values)
+    return compiled(condition, condition=True)(bins, clock, params)
 
 
 def value_of(
     operand: Operand, bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None = None
 ) -> Any:
     """The value of an operand on a record (``UNKNOWN`` where Aerospike's would be unknown)."""
-    if isinstance(operand, SinceUpdateMs):
-        return clock.since_update_ms
-    if isinstance(operand, NowMs):
-        return clock.now_ms
-    if isinstance(operand, ListRangeMax):
-        items = bins.get(operand.name)
-        index = value_of(operand.index, bins, clock, params)
-        count = value_of(operand.count, bins, clock, params)
+    if type(operand) is int or type(operand) is str:
+        return operand
+    return compiled(operand)(bins, clock, params)
+
+
+#: a compiled condition or operand: ``(bins, clock, params) -> value`` (True, False or UNKNOWN for conditions)
+Compiled = Callable[[dict[str, Any], Clock, "dict[str, Any] | None"], Any]
+
+# id of a node -> (the node, its compiled form); the node is kept so that its id is not reused
+_COMPILED: dict[int, tuple[Any, Compiled]] = {}
+_MOST_COMPILED = 1024  # nodes built per command are not templates: forget them now and then
+
+
+def compiled(node: Any, *, condition: bool = False) -> Compiled:
+    """``node`` (a condition, or an operand) compiled into a closure, once per node object.
+
+    ``condition``: ``TypeError`` if ``node`` is no condition.
+    """
+    found = _COMPILED.get(id(node))
+    if found is None or found[0] is not node:
+        if condition and type(node) not in _CONDITIONS:
+            raise TypeError(f"not a condition: {node!r}")
+        if len(_COMPILED) >= _MOST_COMPILED:
+            _COMPILED.clear()
+        found = _COMPILED[id(node)] = (node, _compile(node))
+    return found[1]
+
+
+def _compile(node: Any) -> Compiled:
+    kind = type(node)
+    if kind is Compare:
+        return _compare(node)
+    if kind is And or kind is Or:
+        return _junction(node)
+    if kind is Not:
+        inner = _compile(node.part)
+
+        def negation(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+            value = inner(bins, clock, params)
+            return value if value is UNKNOWN else not value
+
+        return negation
+    if kind is BinExists:
+        name = node.name
+        return lambda bins, clock, params: name in bins
+    if kind is Bound:
+        template, values = _compile(node.template), node.values
+        return lambda bins, clock, params: template(bins, clock, values)
+    return _operand(node)
+
+
+def _compare(node: Compare) -> Compiled:
+    left, right, op = _operand(node.left), _operand(node.right), _COMPARATORS[node.op]
+
+    def compare(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        a = left(bins, clock, params)
+        b = right(bins, clock, params)
+        if a is UNKNOWN or b is UNKNOWN or type(a) is not type(b):
+            return UNKNOWN
+        return op(a, b)
+
+    return compare
+
+
+def _junction(node: And | Or) -> Compiled:
+    """And: False if a part is False, else unknown if one is; Or: True if one is, else unknown if one is."""
+    parts = [_compile(part) for part in node.parts]
+    decisive = type(node) is Or  # the part value that decides the whole
+
+    def junction(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        unknown = False
+        for part in parts:
+            value = part(bins, clock, params)
+            if value is decisive:
+                return decisive
+            if value is UNKNOWN:
+                unknown = True
+        return UNKNOWN if unknown else not decisive
+
+    return junction
+
+
+def _operand(node: Any) -> Compiled:
+    kind = type(node)
+    if kind is IntBin:
+        name = node.name
+
+        def int_bin(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+            value = bins.get(name, UNKNOWN)
+            return value if type(value) is int else UNKNOWN
+
+        return int_bin
+    if kind is StrBin:
+        name = node.name
+
+        def str_bin(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+            value = bins.get(name, UNKNOWN)
+            return value if isinstance(value, str) else UNKNOWN
+
+        return str_bin
+    if kind is SinceUpdateMs:
+        return lambda bins, clock, params: clock.since_update_ms
+    if kind is NowMs:
+        return lambda bins, clock, params: clock.now_ms
+    if kind is Param:
+        return _param(node.name)
+    if kind is Arith:
+        return _arithmetic(node)
+    if kind is ListRangeMax:
+        return _list_range_max(node)
+    if kind is MapKeyCount or kind is MapItem:
+        return _map_read(node)
+    return lambda bins, clock, params: node  # a constant
+
+
+def _param(name: str) -> Compiled:
+    def param(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        if params is None or name not in params:
+            raise TypeError(f"parameter {name!r} has no value: bind the template (Bound)")
+        return params[name]
+
+    return param
+
+
+def _arithmetic(node: Arith) -> Compiled:
+    parts, apply = [_operand(part) for part in node.parts], _ARITHMETIC[node.op]
+
+    def arithmetic(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        values = [part(bins, clock, params) for part in parts]
+        for value in values:
+            if type(value) is not int:
+                return UNKNOWN
+        return apply(values)
+
+    return arithmetic
+
+
+def _list_range_max(node: ListRangeMax) -> Compiled:
+    name, index_of, count_of = node.name, _operand(node.index), _operand(node.count)
+
+    def list_range_max(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        items = bins.get(name)
+        index = index_of(bins, clock, params)
+        count = count_of(bins, clock, params)
         if type(items) is not list or type(index) is not int or type(count) is not int or index < 0:
             return UNKNOWN
         chosen = items[index : index + count]
         if not chosen or not all(type(item) is list and item and type(item[0]) is int for item in chosen):
             return UNKNOWN
         return max(item[0] for item in chosen)
-    if isinstance(operand, (MapKeyCount, MapItem)):
-        mapping = bins.get(operand.name)
-        key = value_of(operand.key, bins, clock, params)
+
+    return list_range_max
+
+
+def _map_read(node: MapKeyCount | MapItem) -> Compiled:
+    name, key_of = node.name, _operand(node.key)
+    position = node.index if type(node) is MapItem else None
+
+    def map_read(bins: dict[str, Any], clock: Clock, params: dict[str, Any] | None) -> Any:
+        mapping = bins.get(name)
+        key = key_of(bins, clock, params)
         if type(mapping) is not dict:
             return UNKNOWN
-        if isinstance(operand, MapKeyCount):
+        if position is None:
             return int(key in mapping)
         item = mapping.get(key)
-        if (
-            type(item) is not list
-            or not 0 <= operand.index < len(item)
-            or type(item[operand.index]) is not int
-        ):
+        if type(item) is not list or not 0 <= position < len(item) or type(item[position]) is not int:
             return UNKNOWN
-        return item[operand.index]
-    if isinstance(operand, Arith):
-        values = [value_of(part, bins, clock, params) for part in operand.parts]
-        if any(type(value) is not int for value in values):
-            return UNKNOWN
-        return _ARITHMETIC[operand.op](values)
-    if isinstance(operand, IntBin):
-        value = bins.get(operand.name, UNKNOWN)
-        return value if type(value) is int else UNKNOWN
-    if isinstance(operand, StrBin):
-        value = bins.get(operand.name, UNKNOWN)
-        return value if isinstance(value, str) else UNKNOWN
-    if isinstance(operand, Param):
-        if params is None or operand.name not in params:
-            raise TypeError(f"parameter {operand.name!r} has no value: bind the template (Bound)")
-        return params[operand.name]
-    return operand
+        return item[position]
+
+    return map_read

@@ -113,13 +113,24 @@ def _pack(bins: dict[str, Any]) -> bytes:
 
 
 def _key_ordered(value: Any) -> Any:
-    """``value`` with every dict's keys in Aerospike's order."""
+    """``value`` with every dict's keys in Aerospike's order.
+
+    Keys of one type (a map of offsets, say) sort as they are; only values
+    that are lists or dicts are looked into.
+    """
     if type(value) is dict:
-        keys = sorted(value, key=lambda key: (_KEY_TYPE_RANK.get(type(key), 3), key))
-        return {key: _key_ordered(value[key]) for key in keys}
+        kinds = {type(key) for key in value}
+        if len(kinds) == 1:
+            keys = sorted(value)
+        else:
+            keys = sorted(value, key=lambda key: (_KEY_TYPE_RANK.get(type(key), 3), key))
+        return {key: _key_ordered(item) if type(item := value[key]) in _NESTED else item for key in keys}
     if type(value) is list:
-        return [_key_ordered(item) for item in value]
+        return [_key_ordered(item) if type(item) in _NESTED else item for item in value]
     return value
+
+
+_NESTED = (dict, list)
 
 
 def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import _retention, errors
+from large_queue._entries import NATIVE
 from large_queue._frozen import frozen
 from large_queue._waiting import IdlePoller
 from large_queue.cluster import _groups
@@ -42,6 +43,8 @@ from large_queue.cluster._ownership import Ownership, OwnerState, acked_position
 from large_queue.cluster._slots import read_slots
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
+
+_new_object = object.__new__
 
 log = logging.getLogger("large_queue.cluster")
 
@@ -370,10 +373,18 @@ class Consumer:
         fresh = [o for o in candidates if cursor <= o < self._seen_tail]
 
         settled_end = None
+        # the settled entries' (value, enqueued_at_ms) by offset, where stored values are the entries
+        known: dict[int, tuple[Any, int]] = {}
         if self.queue.reserved and fresh:  # only the published prefix; a hole waited on long enough is closed
             settled = self.queue.prefix.settle(fresh[0], fresh[-1] + 1, slot_at)
-            published = {offset for offset, _, _ in settled.entries}
-            fresh = [o for o in fresh if o < settled.end and o in published]
+            entries = settled.entries
+            if len(entries) == settled.end - fresh[0]:  # every offset settled is an entry: the common case
+                fresh = fresh[: len(entries)]
+            else:
+                published = {offset for offset, _, _ in entries}
+                fresh = [o for o in fresh if o < settled.end and o in published]
+            if self.queue.encoding == NATIVE:
+                known = {offset: (value, at) for offset, value, at in entries}
             settled_end = settled.end
             if settled.end == cursor and not redeliver:
                 self.queue.prefix.close_overdue(settled)
@@ -387,9 +398,11 @@ class Consumer:
         for offset in [*redeliver, *fresh]:
             if offset < self._queue_head:
                 continue  # counted as lost above
-            record = shape.record_of(offset)
-            slot = slot_at(offset)
-            entry = rec.slot_entry(self.queue.name, record, slot, offset, self.queue.encoding)
+            entry = known.get(offset)
+            if entry is None:  # not settled above (a redelivery, a locked queue's entry): from its slot
+                entry = rec.slot_entry(
+                    self.queue.name, shape.record_of(offset), slot_at(offset), offset, self.queue.encoding
+                )
             count = inflight.pop(offset, 0) + 1
             if entry is None:
                 log.warning(
@@ -414,18 +427,16 @@ class Consumer:
                 delivered.append(frozen(Entry, offset=offset, value=entry[0], enqueued_at_ms=entry[1]))
             else:
                 inflight[offset] = count
-                delivered.append(
-                    frozen(
-                        Message,
-                        offset=offset,
-                        value=entry[0],
-                        enqueued_at_ms=entry[1],
-                        delivery_count=count,
-                        epoch=self._epoch,
-                        group=self.group,
-                        consumer=self,
-                    )
-                )
+                message = _new_object(Message)  # a frozen Message, its fields set at once (as frozen() does)
+                fields = message.__dict__
+                fields["offset"] = offset
+                fields["value"] = entry[0]
+                fields["enqueued_at_ms"] = entry[1]
+                fields["delivery_count"] = count
+                fields["epoch"] = self._epoch
+                fields["group"] = self.group
+                fields["consumer"] = self
+                delivered.append(message)
         if settled_end is not None:
             cursor = max(cursor, settled_end)  # past what is delivered and what is closed
         else:

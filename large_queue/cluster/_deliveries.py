@@ -69,18 +69,19 @@ class Deliveries:
         """These offsets were just delivered to this node's consumers."""
         now = self.clock() if now is None else now
         self.held.update(offsets)
-        for offset in offsets:
-            self._not_before.pop(offset, None)
-            if self.visibility_timeout is not None:
-                self._visible_at[offset] = now + self.visibility_timeout
+        if self._not_before:  # a nacked entry delivered again: its delay is over
+            for offset in offsets:
+                self._not_before.pop(offset, None)
+        if self.visibility_timeout is not None:
+            self._visible_at.update(dict.fromkeys(offsets, now + self.visibility_timeout))
 
     def acked(self, offsets: set[int]) -> None:
         """These offsets were acked (or moved to the dead-letter queue): forget them."""
-        for offset in offsets:
-            self.held.discard(offset)
-            self._visible_at.pop(offset, None)
-            self._not_before.pop(offset, None)
-            self.last_error.pop(offset, None)
+        self.held.difference_update(offsets)
+        for kept in (self._visible_at, self._not_before, self.last_error):
+            if kept:  # most are empty: no visibility timeout, nothing nacked
+                for offset in offsets:
+                    kept.pop(offset, None)
 
     def nacked(self, offset: int, delay: float, error: str | None) -> None:
         """Release ``offset`` now, to be delivered again after ``delay`` seconds."""

@@ -7,11 +7,17 @@ and that the queue still holds exactly what was committed.
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import subprocess
+import time
+import uuid
 
 import pytest
 
 from large_queue import OutcomeUnknownError, Queue
+from large_queue.backends import Increment, Read, RecordKey, connect
 from large_queue.backends.faults import Call, FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError
 from tests.fix_backends import Store
@@ -135,3 +141,82 @@ def test_owner_writes_of_the_cluster_shim_survive_timeouts(store: Store, applied
         consumer.ack(messages)
         assert [e.value for e in consumer.dequeue(5)] == [5, 6, 7]
         assert backend.injected == 2
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_in_doubt_acquire_sent_beside_a_read_is_resolved(store: Store, applied: bool) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)  # appends="reserve": its dequeues guess the head
+    backend = FaultInjectingBackend(store.backend)
+    handle = Queue.open(backend, queue.name)
+    handle.enqueue_batch(["a", "b", "c"])
+    assert handle.dequeue().value == "a"  # type: ignore[union-attr]  # the next acquire carries a read (Aerospike)
+    backend.inject(lambda call: call.is_acquire, applied=applied)
+    sent = len(backend.calls)
+    assert handle.dequeue().value == "b"  # type: ignore[union-attr]
+    assert backend.injected == 1
+    timed_out = next(call for call in backend.calls[sent:] if call.is_acquire)
+    assert timed_out.method == ("operate_and_read" if backend.reads_beside else "operate")
+    assert [entry.value for entry in handle.dequeue_batch(5)] == ["c"]
+    assert handle.info().lock_owner is None
+
+
+def _local_server_process(address: str) -> int | None:
+    """The process id of the Aerospike server at ``address``, if it is one this test may pause."""
+    if address.rsplit(":", 1)[0] not in ("127.0.0.1", "localhost"):
+        return None
+    try:
+        listed = subprocess.run(["pgrep", "-x", "asd"], capture_output=True, text=True, check=False)
+        found = listed.stdout.split()
+    except OSError:
+        return None
+    if len(found) != 1:
+        return None
+    try:
+        os.kill(int(found[0]), 0)
+    except OSError:  # another user's
+        return None
+    return int(found[0])
+
+
+def test_a_batch_write_the_server_does_not_answer_is_a_timeout_in_doubt(aerospike_address: str) -> None:
+    server = _local_server_process(aerospike_address)
+    if server is None:
+        pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
+    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=200")
+    written, beside = (RecordKey("test", "no-answer", uuid.uuid4().hex) for _ in range(2))
+    backend.put(written, {"n": 0})
+    os.kill(server, signal.SIGSTOP)  # longer than the client's timeout: the batch gets no answer
+    try:
+        with pytest.raises(BackendTimeoutError) as caught:
+            backend.operate_and_read(written, [Increment("n", 1)], (beside, [Read("n")], None))
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert caught.value.in_doubt
+    deadline = time.monotonic() + 5
+    record = backend.get(written)
+    while record is not None and record.bins["n"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        record = backend.get(written)
+    assert record is not None and record.bins["n"] == 1  # the server applied it once it ran again: in doubt
+    backend.remove(written)
+    backend.close()
+
+
+def test_a_batch_read_the_server_does_not_answer_is_a_timeout_not_damage(aerospike_address: str) -> None:
+    server = _local_server_process(aerospike_address)
+    if server is None:
+        pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
+    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=200")
+    keys = [RecordKey("test", "no-answer", uuid.uuid4().hex) for _ in range(2)]
+    backend.put(keys[0], {"n": 0})
+    os.kill(server, signal.SIGSTOP)
+    try:
+        with pytest.raises(BackendTimeoutError):
+            backend.batch_get(keys)
+        with pytest.raises(BackendTimeoutError):
+            backend.batch_read([(key, [Read("n")]) for key in keys])
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert [record is not None for record in backend.batch_get(keys)] == [True, False]
+    backend.remove(keys[0])
+    backend.close()

@@ -430,14 +430,52 @@ def _record_limit(info: str) -> int | None:
     return None
 
 
+#: a command's result when the client's timeout passed
+_TIMEOUT = 9
+#: a batch record's result when no answer came for it: its part of the batch timed out, or its
+#: connection broke. ``batch_write`` then returns (the batch's own result says why) instead of raising.
+NO_ANSWER = -15
+
+
+def batch_write_failure(result: int, in_doubt: bool, key: RecordKey) -> errors.BackendError:
+    """The error for a write sent in a batch command whose record answered ``result`` (not 0).
+
+    The timeline of a write with no answer, as measured on a server paused
+    for longer than the client's timeout:
+
+    - t=0     the batch is sent; the server holds it unread.
+    - t=200ms the client's timeout passes; ``batch_write`` returns, the
+      write's result -15 (no answer) and ``in_doubt`` set.
+    - t=300ms the server runs again and applies the write.
+
+    So no answer is a timeout in doubt, which callers resolve (a lock's
+    acquire reads whether it took the lock); it must not be a plain error.
+    """
+    if result == NO_ANSWER:
+        return errors.BackendTimeoutError(
+            f"aerospike error {result} on {key}: no answer came for the write; it may have been applied",
+            code=result,
+            in_doubt=True,
+        )
+    cls = _ERROR_BY_CODE.get(result, errors.BackendError)
+    in_doubt = in_doubt or cls is errors.BackendTimeoutError
+    return cls(f"aerospike error {result} on {key}", code=result, in_doubt=in_doubt)
+
+
 def _batch_results(batch: Any) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
     """(meta, bins) of each record of a batch answer, None where a record is missing.
 
     A record the client cannot decode comes back "found" with no bins (every
     stored record has one), and the records after it with code -15: either
     raises ``CorruptRecordError``, so that the caller can read one by one to
-    name the damaged record.
+    name the damaged record. A batch that timed out (a server paused past the
+    client's timeout, say) also answers -15 for its records, and is a
+    ``BackendTimeoutError``: nothing in it is damaged.
     """
+    if batch.result == _TIMEOUT:  # no answer in time: its records say -15 as well, but nothing is damaged
+        raise errors.BackendTimeoutError(
+            f"batch read of {len(batch.batch_records)} records timed out", code=_TIMEOUT, in_doubt=False
+        )
     results: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
     for item in batch.batch_records:
         if item.result == 0 and item.record is not None and item.record[2]:
@@ -697,9 +735,7 @@ class AerospikeBackend(Backend):
             raise errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True) from exc
         written, beside = batch.batch_records
         if written.result != 0:
-            cls = _ERROR_BY_CODE.get(written.result, errors.BackendError)
-            in_doubt = bool(written.in_doubt) or cls is errors.BackendTimeoutError
-            raise cls(f"aerospike error {written.result} on {key}", code=written.result, in_doubt=in_doubt)
+            raise batch_write_failure(written.result, bool(written.in_doubt), key)
         bins = written.record[2] if written.record is not None else None
         seen = beside.record[2] if beside.result == 0 and beside.record is not None else None
         return bins or {}, seen or None

@@ -104,6 +104,13 @@ class TortureReport:
     parked_kills: int = 0  #: producers killed between reserve and publish
     holes_closed: int = 0  #: unpublished reservations the consumers closed
     calls_settled: int = 0  #: calls of killed workers settled after the run by their txn ids
+    #: workers that ended with an error of their own (not killed by the run): each printed its traceback
+    workers_failed: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No anomaly in the history, and no worker ended with an error."""
+        return self.verdict.ok and not self.workers_failed
 
     def lines(self) -> list[str]:
         """The report as printable lines."""
@@ -121,7 +128,8 @@ class TortureReport:
             lines.insert(-1, f"calls of killed workers settled by txn id: {self.calls_settled}")
         lines += [f"{name}: {count}" for name, count in verdict.anomalies.items()]
         lines += [f"  e.g. {name}: {items}" for name, items in verdict.examples.items()]
-        lines.append("verdict: OK" if verdict.ok else "verdict: ANOMALIES FOUND")
+        lines.append(f"workers ended by an error: {len(self.workers_failed)} {list(self.workers_failed)}")
+        lines.append("verdict: OK" if self.ok else "verdict: ANOMALIES FOUND")
         return lines
 
 
@@ -347,6 +355,9 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         if process.is_alive():
             os.kill(process.pid, signal.SIGKILL)
             process.join()
+    # killed by the run (-SIGKILL) or done (0); anything else ended by an error of its own
+    ended = {tag: process.exitcode for tag, (_, _, process) in workers.items()}
+    failed = tuple(tag for tag, code in ended.items() if code not in (0, -signal.SIGKILL))
     for round_ in ("", "-settled") if config.txn_ids else ("",):
         if round_:  # workers killed at the end: their open calls are settled once the queue has room
             assert settling is not None
@@ -369,6 +380,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         parked_kills=faults["park-kill"],
         holes_closed=holes,
         calls_settled=settled,
+        workers_failed=failed,
         # a reservation killed or paused before its publish hides entries until consumers close it
         verdict=check_groups(calls, config.group_names)
         if config.groups

@@ -155,7 +155,7 @@ def _torture(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 130
-    return 0 if report.verdict.ok else 1
+    return 0 if report.ok else 1
 
 
 def _positive_int(text: str) -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from large_queue._torture import TortureConfig, run
+from large_queue._history import Verdict
+from large_queue._torture import TortureConfig, TortureReport, run
 from tests.fix_backends import APPENDS, Place
 
 SECONDS = float(os.environ.get("LARGE_QUEUE_TORTURE_SECONDS", "8"))
@@ -36,7 +37,7 @@ def test_torture_finds_no_anomaly(place: Place, tmp_path: Path, appends: str) ->
         assert report.parked_pauses >= 1 and report.parked_kills >= 1, "no producer stopped mid-append"
         assert report.holes_closed >= 1, "no consumer closed a hole"
     assert report.verdict.enqueues_acknowledged > 1000
-    assert report.verdict.ok, "\n".join(lines)
+    assert report.ok, "\n".join(lines)
 
 
 @pytest.mark.torture
@@ -54,7 +55,7 @@ def test_torture_with_txn_ids_leaves_nothing_in_doubt(place: Place, tmp_path: Pa
     assert report.calls_settled >= 1, "no killed worker's call was settled"
     assert report.verdict.enqueues_acknowledged > 1000
     assert (report.verdict.in_doubt_calls, report.verdict.in_doubt_entries) == (0, 0), "\n".join(lines)
-    assert report.verdict.ok, "\n".join(lines)
+    assert report.ok, "\n".join(lines)
 
 
 def test_torture_of_consumer_groups_finds_no_anomaly(place: Place, tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_torture_of_consumer_groups_finds_no_anomaly(place: Place, tmp_path: Pat
     assert report.pauses >= 1 and report.kills >= 1, "faults were not injected"
     assert report.verdict.enqueues_acknowledged > 1000
     assert report.verdict.entries_delivered >= 2 * report.verdict.enqueues_acknowledged  # both groups
-    assert report.verdict.ok, "\n".join(lines)
+    assert report.ok, "\n".join(lines)
 
 
 @pytest.mark.torture
@@ -98,3 +99,20 @@ def test_torture_says_how_it_goes_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     assert err.strip().splitlines() == [
         "large-queue: torture interrupted; its workers were stopped and its queue deleted"
     ], err
+
+
+def test_a_worker_ended_by_an_error_fails_the_run_whatever_the_history_says() -> None:
+    clean = Verdict(
+        enqueues_acknowledged=10,
+        entries_delivered=10,
+        empty_dequeues=0,
+        in_doubt_calls=0,
+        in_doubt_entries=0,
+        anomalies={"lost": 0, "duplicated": 0},
+        examples={},
+    )
+    assert TortureReport(operations=20, pauses=1, kills=1, verdict=clean).ok
+    # a consumer died of an exception: its calls look like a killed worker's, so only its exit tells
+    failed = TortureReport(operations=20, pauses=1, kills=1, verdict=clean, workers_failed=("c0.3",))
+    assert not failed.ok
+    assert failed.lines()[-2:] == ["workers ended by an error: 1 ['c0.3']", "verdict: ANOMALIES FOUND"]

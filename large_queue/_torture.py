@@ -48,7 +48,23 @@ DEFINITE_FAILURES = (
     errors.LockNotAcquiredError,
     errors.QueueFullError,
     errors.ReservationClosedError,
+    errors.BackendTimeoutError,  # only where not in doubt (see _definite): a worker paused past the timeout
 )
+
+
+#: an ack that failed so: nothing acked, the entries come again
+_ACK_FAILURES = (errors.OwnershipLostError, errors.DeliveryExpiredError, errors.BackendTimeoutError)
+
+
+def _definite(exc: Exception) -> bool:
+    """Whether ``exc`` says that nothing of the call was applied.
+
+    A timeout in doubt must not reach a worker: the library settles it or
+    says ``OutcomeUnknownError``; one that does ends the worker, and fails the run.
+    """
+    return not (isinstance(exc, errors.BackendTimeoutError) and exc.in_doubt)
+
+
 #: set by SIGUSR1 in a producer: stop (SIGSTOP) right after the next reservation, before publishing
 _park_requested = False
 
@@ -189,6 +205,8 @@ def _producer(
         try:
             offsets = queue.enqueue_batch(values)
         except DEFINITE_FAILURES as exc:
+            if not _definite(exc):
+                raise
             writer.complete(op, "fail", error=type(exc).__name__)
             time.sleep(0.002)
             continue  # not applied: the same values go again, keeping the order
@@ -236,6 +254,8 @@ def _consumer(
         try:
             entries = queue.dequeue_batch(count)
         except DEFINITE_FAILURES as exc:
+            if not _definite(exc):
+                raise
             writer.complete(op, "fail", error=type(exc).__name__)
             continue
         except errors.OutcomeUnknownError as exc:
@@ -264,13 +284,20 @@ def _group_consumer(
     with queue.consumer(tag, group=group, **timing) as consumer:
         while time.monotonic() < deadline:
             closed = _say_holes(queue, history, closed)
-            messages = consumer.receive(1 if rng.random() < 0.5 else rng.randint(2, 8), timeout=0.2)
+            try:
+                messages = consumer.receive(1 if rng.random() < 0.5 else rng.randint(2, 8), timeout=0.2)
+            except errors.BackendTimeoutError as exc:  # nothing delivered: the entries come again
+                if not _definite(exc):
+                    raise
+                continue
             if not messages:
                 continue
             op = writer.invoke("ack", group=group, entries=[[m.offset, m.value] for m in messages])
             try:
                 consumer.ack(messages)
-            except (errors.OwnershipLostError, errors.DeliveryExpiredError) as exc:
+            except _ACK_FAILURES as exc:
+                if not _definite(exc):
+                    raise
                 writer.complete(op, "fail", error=type(exc).__name__)
             except errors.OutcomeUnknownError as exc:
                 writer.complete(op, "unknown", error=str(exc))

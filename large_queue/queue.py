@@ -320,7 +320,9 @@ class Queue:
         Either all entries are enqueued or none is. Every entry is checked
         (type and size) before anything is written. Costs 2 + buffer records
         touched round trips under the lock, or 1 + buffer records touched
-        where producers append without it (``appends="reserve"``).
+        where producers append without it (``appends="reserve"``); on
+        Aerospike, which sends the records before the last in one batch
+        command, at most 3.
 
         ``txn_id`` (your id for this call, unique per call) makes it
         idempotent: the call leaves a receipt, and a call whose ``txn_id``

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from large_queue import Queue, QueueFullError, ReservationClosedError
 from large_queue import _records as rec
 from large_queue.appends._prefix import HoleWatch
+from large_queue.backends import Backend, RecordCommand
+from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import CorruptQueueError, LockNotAcquiredError
+from large_queue.errors import BackendError, BackendTimeoutError, CorruptQueueError, LockNotAcquiredError
 from large_queue.lock import LockPolicy
 from tests.fix_backends import Store
 
@@ -36,15 +41,19 @@ def values(entries: list) -> list:  # type: ignore[type-arg]
     return [entry.value for entry in entries]
 
 
-def test_single_enqueue_costs_two_round_trips_and_a_batch_one_per_record(store: Store) -> None:
-    queue, _ = reserving(store, capacity=30, slots_per_record=5)
+def test_single_enqueue_costs_two_round_trips_and_a_batch_at_most_one_per_record(store: Store) -> None:
+    queue, _ = reserving(store, capacity=40, slots_per_record=5)
     before = store.backend.commands
     assert queue.enqueue("a") == 0
     assert store.backend.commands - before == 2  # reserve, publish
     before = store.backend.commands
-    assert queue.enqueue_batch(range(12)) == range(1, 13)  # offsets 1..12: buffer records 0, 1 and 2
-    assert store.backend.commands - before == 1 + 3
-    assert values(queue.dequeue_batch(20)) == ["a", *range(12)]
+    assert queue.enqueue_batch(range(8)) == range(1, 9)  # offsets 1..8: buffer records 0 and 1
+    assert store.backend.commands - before == 1 + 2
+    before = store.backend.commands
+    assert queue.enqueue_batch(range(17)) == range(9, 26)  # offsets 9..25: buffer records 1 to 5
+    # the records before the last in one batch command where the store has them, then the last
+    assert store.backend.commands - before == 1 + (2 if store.backend.operates_together else 5)
+    assert values(queue.dequeue_batch(40)) == ["a", *range(8), *range(17)]
 
 
 def test_a_full_queue_refuses_a_reservation_and_reserves_nothing(store: Store) -> None:
@@ -139,6 +148,52 @@ def test_a_producer_refused_midway_closes_its_own_batch(store: Store) -> None:
         queue.appender.publish(first, list(range(5)), 0)  # ... so record 0's part must not show
     queue.enqueue("next")
     assert values(queue.dequeue_batch(10)) == ["next"]
+
+
+class SentTogether(Delegating):
+    """Sends ``operate_each`` as one command on any store, as Aerospike does. The records numbered
+    in ``lose`` time out in doubt after they were applied (their answer was lost); those in ``drop``
+    time out in doubt and were not applied (their request was lost)."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.operates_together = True
+        self.lose: set[int] = set()
+        self.drop: set[int] = set()
+        self.sent: list[int] = []  # records in each operate_each
+
+    def operate_each(self, commands: Sequence[RecordCommand]) -> list[dict[str, Any] | BackendError]:
+        self.sent.append(len(commands))
+        kept = [command for index, command in enumerate(commands) if index not in self.drop]
+        applied = iter(super().operate_each(kept))
+        timeout = BackendTimeoutError("injected: no answer", code=9, in_doubt=True)
+        outcomes = [timeout if index in self.drop else next(applied) for index in range(len(commands))]
+        return [timeout if index in self.lose else outcome for index, outcome in enumerate(outcomes)]
+
+
+def test_a_batch_sends_the_records_before_its_last_together_and_settles_each(store: Store) -> None:
+    queue, _ = reserving(store, capacity=24, slots_per_record=3)
+    together = SentTogether(store.backend)
+    queue = Queue.open(together, queue.name)
+    together.lose = {1}  # record 1's answer is lost: it is sent again, refused by its own slots, read
+    together.drop = {2}  # record 2's request is lost: it is sent again, alone, and applied
+    assert queue.enqueue_batch(range(10)) == range(10)  # offsets 0..9: records 0 to 3
+    assert together.sent == [3]  # records 0, 1 and 2 in one command; then 1, 2 and 3 alone
+    assert values(queue.dequeue_batch(20)) == list(range(10))
+
+
+def test_a_batch_refused_in_a_record_sent_together_is_closed_whole(store: Store) -> None:
+    queue, _ = reserving(store, capacity=24, slots_per_record=3)
+    together = SentTogether(store.backend)
+    queue = Queue.open(together, queue.name)
+    first = queue.appender.reserve(10, overwrite=False)  # offsets 0..9: records 0 to 3
+    queue.appender.close(3, 6)  # a reader closed the part in record 1 ...
+    with pytest.raises(ReservationClosedError):
+        queue.appender.publish(first, list(range(10)), 0)  # ... so records 0 and 2 must not show
+    assert together.sent == [3]
+    assert [queue.get(o) for o in range(10)] == [None] * 10
+    queue.enqueue("next")
+    assert values(queue.dequeue_batch(20)) == ["next"]
 
 
 def test_a_publish_that_timed_out_after_applying_is_not_reported_as_closed(store: Store) -> None:

@@ -14,6 +14,10 @@ takes the lock. An append of ``n`` entries is:
    counter. A batch spanning records marks each slot with the batch's last
    offset ``e`` and publishes the record holding ``e`` last; its entries are
    visible only once ``e`` is published, so a reader sees all of it or none.
+   Where the store sends several records' commands in one round trip
+   (Aerospike's batch write), the records before the last go together: a
+   batch of any size then costs 3 round trips, not 1 + records. They may be
+   applied in any order, and some only: none of them is visible before ``e``.
 
 Readers see only the published prefix (:mod:`large_queue.appends._prefix`):
 up to the first reserved offset that is neither published nor closed. A
@@ -152,6 +156,14 @@ class SlotRun(NamedTuple):
     slot: int
     length: int
     offset: int
+
+
+class SlotPut(NamedTuple):
+    """A write of one buffer record's slots: its operations, and the runs of slots its guard covers."""
+
+    record: int
+    writes: list[Operation]
+    slots: list[SlotRun]
 
 
 def pairs(runs: Sequence[SlotRun]) -> list[tuple[int, int]]:
@@ -331,7 +343,7 @@ class Appender:
     # --- publish ------------------------------------------------------------------------
 
     def publish(self, first: int, values: Sequence[Any], now_ms: int, *, repeat: bool = False) -> None:
-        """Write ``values`` into the slots reserved from ``first``: one command per buffer record.
+        """Write ``values`` into the slots reserved from ``first``: a command per buffer record, or two.
 
         ``ReservationClosedError`` if a reader closed the reservation first
         (nothing of it is then visible). ``repeat``: an earlier call of the
@@ -341,32 +353,54 @@ class Appender:
         if len(values) == 1:  # the common single enqueue: one slot, one command
             slot = self.shape.slot_of(first)
             single = [slot_writes(slot, [[first, values[0], now_ms]], self.shape.slots_per_record)]
-            self._put_slots(
-                self.shape.record_of(first), single, [SlotRun(slot, 1, first)], published=True, repeat=repeat
-            )
+            put = SlotPut(self.shape.record_of(first), single, [SlotRun(slot, 1, first)])
+            self._put_slots(put, published=True, repeat=repeat)
             return
         last = first + len(values) - 1
         runs = self.shape.runs(first, last + 1)
         spanning = len(runs) > 1
         last_record = self.shape.record_of(last)
-        order = [record for record in runs if record != last_record] + [last_record]
-        for record in order:
-            slots: list[SlotRun] = []
-            writes: list[Operation] = []
+        puts: list[SlotPut] = []
+        for record in [record for record in runs if record != last_record] + [last_record]:
+            put = SlotPut(record, [], [])
             for run in runs[record]:
                 if spanning:
                     content = [[o, values[o - first], now_ms, last] for o in run]
                 else:
                     content = [[o, values[o - first], now_ms] for o in run]
                 start = self.shape.slot_of(run.start)
-                slots.append(SlotRun(start, len(run), run.start))
-                writes.append(slot_writes(start, content, self.shape.slots_per_record))
+                put.slots.append(SlotRun(start, len(run), run.start))
+                put.writes.append(slot_writes(start, content, self.shape.slots_per_record))
+            puts.append(put)
+        *before_last, holding_last = puts
+        try:
+            self._put_records(before_last, repeat=repeat)
+        except errors.ReservationClosedError:
+            self._abandon(last)  # settle it now: nothing of it may ever be visible
+            raise
+        self._put_slots(holding_last, published=True, repeat=repeat)
+
+    def _put_records(self, puts: list[SlotPut], *, repeat: bool) -> None:
+        """Publish the slots of several buffer records: one command where the store sends them together.
+
+        Otherwise one command a record, stopping at the first refused. Sent
+        together, each record's refusal or timeout is then settled as
+        :meth:`_put_slots` settles it, and the first error is raised (a
+        closed reservation before any other: nothing of the batch may show).
+        """
+        if len(puts) < 2 or not self.backend.operates_together:
+            for put in puts:
+                self._put_slots(put, published=True, repeat=repeat)
+            return
+        failures: list[errors.LargeQueueError] = []
+        for put, outcome in zip(puts, self._send(puts), strict=True):
             try:
-                self._put_slots(record, writes, slots, published=True, repeat=repeat)
-            except errors.ReservationClosedError:
-                if spanning and record != last_record:
-                    self._abandon(last)  # settle it now: nothing of it may ever be visible
-                raise
+                self._put_slots(put, published=True, repeat=repeat, outcome=outcome)
+            except errors.LargeQueueError as exc:
+                failures.append(exc)
+        if failures:
+            closed = [exc for exc in failures if isinstance(exc, errors.ReservationClosedError)]
+            raise (closed or failures)[0]
 
     def _abandon(self, last: int) -> None:
         """Tombstone a spanning batch's last slot (unless a reader did), so that none of it shows."""
@@ -387,9 +421,8 @@ class Appender:
             self._mark_run(start, len(run), rec.CLOSING, required=True)
         first_slot = self.shape.slot_of(start)
         writes = [slot_writes(first_slot, [tombstone(o) for o in run], self.shape.slots_per_record)]
-        self._put_slots(
-            self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)], published=False
-        )
+        put = SlotPut(self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)])
+        self._put_slots(put, published=False)
         self.counters.add(holes_closed=1)
         self._mark_run(start, len(run), rec.CLOSED_RUN if self.marked else None)
 
@@ -419,37 +452,59 @@ class Appender:
                 raise
             log.debug("could not record the closed run %d+%d of queue %r", start, count, self.keys.name)
 
+    def _send(self, puts: Sequence[SlotPut]) -> list[dict[str, Any] | errors.BackendError]:
+        """One command: the guarded slot writes of ``puts`` (of several records where the store can).
+
+        Each record's outcome: what it read, or the error that stopped it.
+        """
+        self.counters.add(commands=1)
+        commands = [
+            (self.keys.buffer(put.record), put.writes, slots_below(self.incarnation, put.slots))
+            for put in puts
+        ]
+        if len(commands) > 1:
+            return self.backend.operate_each(commands)
+        key, writes, guard = commands[0]
+        try:
+            return [self.backend.operate(key, writes, condition=guard)]
+        except errors.BackendError as exc:
+            return [exc]
+
     def _put_slots(
         self,
-        record: int,
-        writes: list[Operation],
-        slots: list[SlotRun],
+        put: SlotPut,
         *,
         published: bool,
         repeat: bool = False,
+        outcome: dict[str, Any] | errors.BackendError | None = None,
     ) -> None:
-        """One guarded slot write, sent again if it times out; refusals are explained by reading the slots."""
-        key = self.keys.buffer(record)
-        guard = slots_below(self.incarnation, slots)
+        """One record's guarded slot write, sent again if it times out; a refusal explained by its slots.
+
+        ``outcome``: what the write gave where it was sent beside others
+        (:meth:`_put_records`); it is then not sent again unless that timed out.
+        """
         timed_out = False
         for attempt in range(1, ATTEMPTS + 1):
-            self.counters.add(commands=1)
-            try:
-                self.backend.operate(key, writes, condition=guard)
+            if outcome is None:
+                (outcome,) = self._send([put])
+            failure, outcome = outcome, None
+            if not isinstance(failure, errors.BackendError):
                 return
-            except errors.BackendTimeoutError:
+            if isinstance(failure, errors.BackendTimeoutError):
                 if attempt == ATTEMPTS:
-                    raise
+                    raise failure
                 timed_out = True
                 self.counters.add(timeouts_repeated=1)
-            except errors.ConditionNotMetError:
+            elif isinstance(failure, errors.ConditionNotMetError):
                 if not published:
-                    raise
-                if (timed_out or repeat) and self._holds_entries(record, pairs(slots)):
+                    raise failure
+                if (timed_out or repeat) and self._holds_entries(put.record, pairs(put.slots)):
                     return  # the timed-out attempt (or the txn's earlier call) was applied
-                raise self._closed(record, pairs(slots), timed_out=timed_out) from None
-            except errors.RecordNotFoundError:
+                raise self._closed(put.record, pairs(put.slots), timed_out=timed_out) from None
+            elif isinstance(failure, errors.RecordNotFoundError):
                 raise replaced_error(self.keys.name, created_again=False) from None
+            else:
+                raise failure
 
     def _read_slots(self, record: int, slots: list[tuple[int, int]]) -> list[Any]:
         """What the slots of ``(slot index, offset)`` pairs hold now, in their order (one command)."""
@@ -518,6 +573,7 @@ __all__ = [
     "Appender",
     "Duplicate",
     "ReceiptWrite",
+    "SlotPut",
     "SlotRun",
     "pairs",
     "slots_below",

@@ -184,6 +184,8 @@ READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate, MapGet)
 
 #: a read sent beside another command (``Backend.operate_and_read``): its key, read operations, condition
 ReadBeside = tuple[RecordKey, Sequence[Operation], Condition | None]
+#: one record's part of ``Backend.operate_each``: its key, operations and condition
+RecordCommand = tuple[RecordKey, Sequence[Operation], Condition | None]
 
 
 class Backend(ABC):
@@ -199,6 +201,8 @@ class Backend(ABC):
     default_namespace: str = "test"
     #: True where :meth:`operate_and_read` is one round trip (a server's batch command), not two commands
     reads_beside: bool = False
+    #: True where :meth:`operate_each` is one round trip for all its records, not a command each
+    operates_together: bool = False
 
     def __init__(self) -> None:
         self._commands = 0
@@ -293,6 +297,24 @@ class Backend(ABC):
         except errors.LargeQueueError:
             other = None
         return result, other
+
+    def operate_each(self, commands: Sequence[RecordCommand]) -> list[dict[str, Any] | errors.BackendError]:
+        """``operate`` on several records, in one round trip where the store can (:attr:`operates_together`).
+
+        Each record's command is atomic on its record and has its own
+        outcome, in the order given: what its reads saw, or the error
+        ``operate`` would have raised for it (a condition not met, a missing
+        record, a timeout in doubt). The commands are not ordered with each
+        other: a store may apply them in any order, and some of them only.
+        Where :attr:`operates_together` is False they go one after the other.
+        """
+        outcomes: list[dict[str, Any] | errors.BackendError] = []
+        for key, operations, condition in commands:
+            try:
+                outcomes.append(self.operate(key, operations, condition=condition))
+            except errors.BackendError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @abstractmethod
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:

@@ -11,7 +11,16 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from large_queue.backends._base import Backend, Operation, ReadBeside, Record, RecordKey, WriteMode
+from large_queue import errors
+from large_queue.backends._base import (
+    Backend,
+    Operation,
+    ReadBeside,
+    Record,
+    RecordCommand,
+    RecordKey,
+    WriteMode,
+)
 from large_queue.backends.conditions import Condition
 
 
@@ -23,6 +32,7 @@ class Delegating(Backend):
         self.inner = inner
         self.default_namespace = inner.default_namespace
         self.reads_beside = inner.reads_beside  # one round trip for operate_and_read, or two, as inner
+        self.operates_together = inner.operates_together  # likewise for operate_each
 
     def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``inner.<method>(*args, **kwargs)``, counted as one command."""
@@ -90,6 +100,15 @@ class Delegating(Backend):
             "operate_and_read", key, list(operations), read, condition=condition
         )
         return result
+
+    def operate_each(self, commands: Sequence[RecordCommand]) -> list[dict[str, Any] | errors.BackendError]:
+        """Operate on each record through the inner store: one command where it sends them together."""
+        if not self.operates_together:
+            return super().operate_each(commands)  # a command each, each relayed
+        outcomes: list[dict[str, Any] | errors.BackendError] = self.relay(
+            "operate_each", [(key, list(operations), condition) for key, operations, condition in commands]
+        )
+        return outcomes
 
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:
         """The inner store's answer."""

@@ -44,6 +44,7 @@ from large_queue.backends._base import (
     ReadBeside,
     ReadSinceUpdate,
     Record,
+    RecordCommand,
     RecordKey,
     Write,
     WriteMode,
@@ -706,6 +707,9 @@ class AerospikeBackend(Backend):
         if method == "batch_read":
             (reads,) = args
             return self._batch_read_command(reads)
+        if method == "operate_each":
+            (commands,) = args
+            return self._operate_each_command(commands)
         if method == "operate_and_read":
             (key, operations, read) = args
             return self._operate_and_read_command(key, operations, read, kwargs.get("condition"))
@@ -747,18 +751,54 @@ class AerospikeBackend(Backend):
         read: ReadBeside,
         condition: c.Condition | None,
     ) -> Callable[[], Any]:
-        write_policy = self._beside_write_policy
-        if condition is not None:
-            write_policy = dict(write_policy, expressions=compile_condition(condition))
         read_key, read_operations, read_condition = read
         read_policy = None if read_condition is None else {"expressions": compile_condition(read_condition)}
         requests = batch_records.BatchRecords(
             [
-                batch_records.Write(self._key(key), _operations(operations), policy=write_policy),
+                self._batch_write(key, operations, condition),
                 batch_records.Read(self._key(read_key), _operations(read_operations), policy=read_policy),
             ]
         )
         return functools.partial(self.client.batch_write, requests, self._beside_policy)
+
+    #: operate_each is one batch command: one round trip for all its records
+    operates_together = True
+
+    def operate_each(self, commands: Sequence[RecordCommand]) -> list[dict[str, Any] | errors.BackendError]:
+        """``operate`` on several records in one batch command (:meth:`Backend.operate_each`).
+
+        A batch that gets no answer in time leaves every record's write in doubt.
+        """
+        command = self._operate_each_command(commands)
+        self._count()
+        try:
+            with mapped_errors:
+                batch = command()
+        except errors.BackendTimeoutError as exc:
+            failure = errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True)
+            return [failure for _ in commands]
+        outcomes: list[dict[str, Any] | errors.BackendError] = []
+        for (key, _, _), written in zip(commands, batch.batch_records, strict=True):
+            if written.result != 0:
+                outcomes.append(batch_write_failure(written.result, bool(written.in_doubt), key))
+            else:
+                outcomes.append((written.record[2] if written.record is not None else None) or {})
+        return outcomes
+
+    def _operate_each_command(self, commands: Sequence[RecordCommand]) -> Callable[[], Any]:
+        requests = batch_records.BatchRecords(
+            [self._batch_write(key, operations, condition) for key, operations, condition in commands]
+        )
+        return functools.partial(self.client.batch_write, requests, self._beside_policy)
+
+    def _batch_write(
+        self, key: RecordKey, operations: Sequence[Operation], condition: c.Condition | None
+    ) -> Any:
+        """One record's write in a batch command, with ``operate``'s policy in a batch write's terms."""
+        policy = self._beside_write_policy
+        if condition is not None:
+            policy = dict(policy, expressions=compile_condition(condition))
+        return batch_records.Write(self._key(key), _operations(operations), policy=policy)
 
     def remove(self, key: RecordKey) -> bool:
         """Delete a record; False if it did not exist."""

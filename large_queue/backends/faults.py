@@ -63,6 +63,7 @@ class FaultInjectingBackend(Delegating):
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
+        self.operates_together = False  # operate_each as a command a record, each open to a fault
         self._faults: list[_Fault] = []
         self.injected = 0
         #: every write command seen, in order

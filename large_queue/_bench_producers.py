@@ -22,6 +22,7 @@ from typing import Any
 from large_queue._stats import QueueStats, combined
 from large_queue.backends import Backend, connect
 from large_queue.backends._delegating import Delegating
+from large_queue.producer import DEFAULT_MAX_BATCH
 from large_queue.queue import Entry, Queue
 
 
@@ -148,7 +149,9 @@ def drain(queue: Queue, expected: int) -> list[Entry]:
     return entries
 
 
-def producer_object(url: str, threads: int, per_thread: int, *, max_batch: int = 500) -> tuple[Sample, bool]:
+def producer_object(
+    url: str, threads: int, per_thread: int, *, max_batch: int = DEFAULT_MAX_BATCH
+) -> tuple[Sample, bool]:
     """``threads`` application threads send single entries through one producer object."""
     backend = connect(url)
     name = f"bench-producer-{uuid.uuid4().hex[:8]}"

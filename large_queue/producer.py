@@ -40,6 +40,11 @@ The failure story, as a timeline (a queue of capacity 1,000 holding 990)::
     t=0.006  A sends 1 more entry: it waits for a batch of its own, which
              fits (offset 990), whatever happened to the batch before.
 
+A batch is reserved whole, so under load, when batches fill to
+``max_batch``, a queue with fewer free slots than that refuses the whole
+batch although part of it would fit: a producer for a queue that runs
+nearly full is better made with a smaller ``max_batch``.
+
 Back-pressure: when ``max_pending`` entries are sent and not yet resolved,
 ``send`` blocks until a batch resolves (there is no send timeout: a batch
 resolves, with offsets or with an error, within the store's own timeouts).
@@ -68,6 +73,11 @@ if TYPE_CHECKING:
 
 #: appends of one batch, in all, while readers keep closing its reservation
 RESERVATION_ATTEMPTS = 3
+#: entries of one batch at most, unless the producer is made with another ``max_batch``. Under load
+#: a batch fills to it; larger batches spread a reservation's and a publish's round trips over more
+#: entries (8 threads sending through one producer: about 25% more entries/s at 2,000 than at 500,
+#: on Aerospike and on the embedded store)
+DEFAULT_MAX_BATCH = 2000
 #: held while a batch is resolved or a callback is added to one, so that each callback runs once
 _RESOLVING = threading.Lock()
 #: seconds between the idle producer thread's looks at whether the main thread has ended
@@ -141,7 +151,7 @@ class Producer:
         queue: Queue,
         *,
         linger: float = 0.005,
-        max_batch: int = 500,
+        max_batch: int = DEFAULT_MAX_BATCH,
         max_pending: int = 10_000,
         overwrite_if_full: bool = False,
     ) -> None:

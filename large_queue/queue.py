@@ -49,6 +49,7 @@ from large_queue.backends import (
 from large_queue.backends.conditions import Condition
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
+from large_queue.producer import DEFAULT_MAX_BATCH
 
 if TYPE_CHECKING:
     from large_queue.cluster import Consumer, GroupInfo
@@ -456,7 +457,7 @@ class Queue:
         self,
         *,
         linger: float = 0.005,
-        max_batch: int = 500,
+        max_batch: int = DEFAULT_MAX_BATCH,
         max_pending: int = 10_000,
         overwrite_if_full: bool = False,
     ) -> Producer:

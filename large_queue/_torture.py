@@ -29,7 +29,9 @@ import os
 import random
 import signal
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +160,23 @@ def _park_next(signum: int, frame: object) -> None:
     _park_requested = True
 
 
+@contextlib.contextmanager
+def _park_requests_ignored() -> Iterator[None]:
+    """SIGUSR1 ignored in this process meanwhile, so that a worker started now inherits it ignored.
+
+    A producer is asked to park with SIGUSR1, whose default ends the process: one
+    asked while it starts up, before it sets its handler, would otherwise die of it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a run elsewhere keeps the race
+        return
+    before = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
 def _parking(queue: Queue) -> None:
     """Make the producer stop itself between its next reservation and its publish when asked."""
     reserve = queue.appender.reserve_stamped
@@ -215,6 +234,9 @@ def _producer(
         else:
             writer.complete(op, "ok", offsets=[offsets.start, offsets.stop])
         sequence += count
+    # A park asked for now finds no reservation to stop at; the interpreter's shutdown would also
+    # put SIGUSR1's default back (which ends the process): a late one is ignored instead.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _say_holes(queue: Queue, history: str, said: int) -> int:
@@ -352,7 +374,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         elif config.txn_ids:
             args += (True,)
         process = context.Process(target=target, args=args, daemon=True)
-        process.start()
+        with _park_requests_ignored():  # until the worker's own handler is in place
+            process.start()
         workers[tag] = (role, index, process)
 
     settled = 0

@@ -11,7 +11,9 @@ every group. Per group, the checker reports:
 - unexpected: an acked value that no client ever tried to enqueue;
 - conflicting offsets: two different values acked at one offset.
 
-Order is not checked: a redelivered entry comes after later ones.
+Order is not checked: a redelivered entry comes after later ones. Entries
+a group acked only by acks in doubt are counted apart (in doubt), not as
+delivered.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def check_groups(calls: list[Call], groups: list[str]) -> Verdict:
             examples[kind].append(example)
 
     acked_total = 0
+    maybe_total = 0  # acknowledged entries a group acked only by acks in doubt
     for group in groups:
         acked: Counter[str] = Counter()
         maybe: set[str] = set()
@@ -63,6 +66,7 @@ def check_groups(calls: list[Call], groups: list[str]) -> Verdict:
                     maybe.add(value)
                     in_doubt_calls += call.outcome is None
         acked_total += sum(acked.values())
+        maybe_total += len(acknowledged & maybe - set(acked))
         for value, times in acked.items():
             if times > 1:
                 found("duplicated", [group, value, times])
@@ -73,7 +77,7 @@ def check_groups(calls: list[Call], groups: list[str]) -> Verdict:
         entries_delivered=acked_total,
         empty_dequeues=0,
         in_doubt_calls=in_doubt_calls,
-        in_doubt_entries=0,
+        in_doubt_entries=maybe_total,
         anomalies=anomalies,
         examples=examples,
     )

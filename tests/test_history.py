@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from large_queue._history import Call, HistoryWriter, check, read_calls
+from large_queue._history_groups import check_groups
 
 
 def enqueue(client: str, values: list[str], offset: int | None, t: float, outcome: str | None = "ok") -> Call:
@@ -105,3 +106,24 @@ def test_a_reservation_left_unpublished_excuses_empty_dequeues_only_for_the_hole
     reserving = check(history, hole_grace=2.0)
     assert reserving.anomalies["false empties"] == 1
     assert reserving.examples["false empties"] == [("c", 9.0)]
+
+
+def ack(client: str, group: str, entries: list[list[object]], t: float, outcome: str | None = "ok") -> Call:
+    call = Call(client, "ack", t, {"group": group, "entries": entries})
+    if outcome:
+        call.outcome, call.completed = outcome, t + 0.1
+    return call
+
+
+def test_a_group_entry_acked_only_in_doubt_is_counted_apart_not_lost_nor_delivered() -> None:
+    calls = [
+        enqueue("p", ["p:0", "p:1"], 0, 1.0),
+        ack("a", "g1", [[0, "p:0"], [1, "p:1"]], 2.0),
+        ack("b", "g2", [[0, "p:0"]], 2.0),
+        ack("c", "g2", [[1, "p:1"]], 3.0, outcome=None),  # c was killed before it heard back
+    ]
+    verdict = check_groups(calls, ["g1", "g2"])
+    assert verdict.ok, verdict
+    assert (verdict.entries_delivered, verdict.in_doubt_entries, verdict.in_doubt_calls) == (3, 1, 1)
+    verdict = check_groups(calls[:3], ["g1", "g2"])  # without the ack in doubt, p:1 is lost in g2
+    assert verdict.anomalies["lost"] == 1 and verdict.in_doubt_entries == 0

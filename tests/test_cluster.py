@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 
 from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFoundError
-from large_queue.backends import connect
+from large_queue import _records as rec
+from large_queue.backends import ListSet, connect
 from large_queue.cluster import OwnershipEvent, ownership_info
 from large_queue.cluster._ownership import Ownership, OwnerState
+from large_queue.cluster._slots import READ_AHEAD
 from tests.fix_backends import APPENDS, Place
 
 TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}
@@ -260,6 +262,49 @@ def test_owner_needs_no_lock_and_few_round_trips(place: Place, appends: str) -> 
         consumer.ack(messages)
         assert backend.commands - before == 1 + 2  # ...here: a quarter of the capacity was acked
         assert queue.info().head_offset == ownership_info(queue).acked_offset == 111
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_an_owner_reads_ahead_and_then_delivers_with_one_command_each(place: Place, appends: str) -> None:
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends=appends)
+    queue.enqueue_batch(range(100))
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        assert [e.value for e in consumer.dequeue(1)] == [0]  # its read takes the metadata record too
+        before = backend.commands
+        taken = [e.value for _ in range(2 * READ_AHEAD) for e in consumer.dequeue(1)]
+        assert taken == list(range(1, 2 * READ_AHEAD + 1))
+        # offsets 1..16 read at the first of them, 17..32 at the 17th: a commit each besides
+        assert backend.commands - before == 2 + 2 * READ_AHEAD
+        messages = consumer.receive(3)
+        assert backend.commands - before == 2 + 2 * READ_AHEAD + 2  # the next run read, a commit
+        consumer.ack(messages)
+
+
+def test_a_hole_ends_what_an_owner_reads_ahead_and_is_read_again(place: Place) -> None:
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends="reserve")
+    queue.enqueue_batch(range(5))
+    hole = queue.appender.reserve(1, overwrite=False)  # offset 5: reserved, not yet published
+    queue.enqueue_batch([6, 7])
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        taken = [e.value for _ in range(5) for e in consumer.dequeue(1)]
+        assert taken == list(range(5))  # 1..4 from one read, which found 5 unpublished
+        assert consumer.dequeue(1) == []  # read again: still a hole, and not yet overdue
+        queue.appender.publish(hole, [5], 0)
+        assert [e.value for _ in range(3) for e in consumer.dequeue(1)] == [5, 6, 7]
+
+
+def test_an_owner_never_delivers_a_slot_written_past_the_tail(place: Place) -> None:
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends="lock")
+    queue.enqueue_batch(range(3))
+    # a stale writer's slot past the tail: written under a lock that was lost, never committed
+    backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 3, [3, "stale", 0])])
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        assert [e.value for _ in range(4) for e in consumer.dequeue(1)] == [0, 1, 2]
+        queue.enqueue("three")  # overwrites slot 3 under the lock and commits tail 4
+        assert [e.value for e in consumer.dequeue(1)] == ["three"]
 
 
 def test_handover_follows_node_id_order_in_one_process(place: Place) -> None:

@@ -40,7 +40,7 @@ from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
 from large_queue.cluster._messages import Message, OwnershipEvent
 from large_queue.cluster._ownership import Ownership, OwnerState, acked_position, successor
-from large_queue.cluster._slots import read_slots
+from large_queue.cluster._slots import ReadAhead, read_slots
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
@@ -147,6 +147,7 @@ class Consumer:
         self._commits = 0  # deliveries and acks committed by this node
         self._queue_head = 0
         self._seen_tail = 0  # the highest tail read from the metadata record while owning
+        self._ahead = ReadAhead()  # slots read ahead of the cursor, delivered with no command
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -361,7 +362,7 @@ class Consumer:
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
         candidates = range(self._cursor, self._cursor + max(budget, 0))
-        read = read_slots(self.queue, redeliver, candidates, self._seen_tail)
+        read = read_slots(self.queue, redeliver, candidates, self._seen_tail, self._ahead)
         if read.metadata is not None:
             self._queue_head, self._seen_tail = read.metadata.head, read.metadata.tail
         slot_at = read.slot_at
@@ -626,6 +627,7 @@ class Consumer:
         self._synced = 0
         self.deliveries.reset()
         self._seen_tail = 0  # the first delivery reads the metadata (and finds a queue created again)
+        self._ahead.clear()
         self._owner_since = self._last_owner_write = time.monotonic()
         self._event("take")
         self._lock.notify_all()

@@ -34,6 +34,12 @@ guess that goes wrong (a lone consumer C, a producer P)::
 A slot that holds its own offset (published, or closed) keeps it until the
 head passes it, so such a slot says the same whether it was read just
 before the lock was taken or just after: only those are taken from a guess.
+
+For the same reason a reserve queue's dequeue reads ahead
+(:mod:`large_queue._read_ahead`): the common read, and a guess, take up to
+16 slots, and the next dequeues take the entries found there with no read
+(a lone consumer's single dequeue: an acquire and a commit, as plain
+commands, where the guess made the acquire a batch command).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from large_queue import _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import NATIVE, Entry, entries_of
 from large_queue._frozen import frozen
+from large_queue._read_ahead import ReadAhead, read_count
 from large_queue.appends._prefix import Settled, settle_plain
 from large_queue.backends import Backend, ListGetRange, Operation, ReadBeside
 from large_queue.fencing import same_queue
@@ -154,25 +161,32 @@ class Guess(NamedTuple):
 class HeadGuess:
     """Where a handle's last dequeue left the head, and the read of its slots to send with the acquire."""
 
-    def __init__(self, queue: Queue, head: int) -> None:
+    def __init__(self, queue: Queue, head: int, ahead: ReadAhead) -> None:
         self.backend: Backend = queue.backend
         self.keys = queue.keys
         self.shape = queue.shape
         self._guard = None if queue.incarnation is None else same_queue(queue.incarnation)
         self._next_head: int | None = head
         self._paused = 0
+        self._ahead = ahead
+        self._verdicts = queue.prefix.verdicts
 
     def read(self, max_entries: int) -> Guess | None:
         """The read to send beside the acquire: only where the store sends both in one round trip,
-        and not for a while after a wrong guess (another consumer moved the head meanwhile)."""
+        not where the slots were read ahead already, and not for a while after a wrong guess
+        (another consumer moved the head meanwhile). It reads ahead (:mod:`large_queue._read_ahead`)."""
         if not self.backend.reads_beside or self._next_head is None:
             return None
         if self._paused:
             self._paused -= 1
             return None
         head = self._next_head
-        first = head % self.shape.slots_per_record
-        count = min(max_entries, self.shape.slots_per_record - first)
+        per_record = self.shape.slots_per_record
+        first = head % per_record
+        count = min(max_entries, per_record - first)
+        if self._ahead.covering(head, head + count) is not None:
+            return None
+        count = read_count(head, count, first, per_record, head + per_record)
         read: list[Operation] = [ListGetRange(rec.SLOTS, first, count)]
         return Guess(head, count, (self.keys.buffer(self.shape.record_of(head)), read, self._guard))
 
@@ -183,7 +197,8 @@ class HeadGuess:
     def slots(self, grant: LockGrant, guess: Guess | None, stop: int) -> list[Any] | None:
         """The slots of ``[grant.head, stop)`` as the guessed read saw them: None if it read another head.
 
-        Their offsets are not checked here: see :meth:`holds_own`.
+        Their offsets are not checked here: see :meth:`holds_own`. The
+        plain entries it saw up to the tail are kept, read ahead.
         """
         if guess is None or grant.beside is None:  # none sent (the lock was busy), or it failed
             return None
@@ -194,6 +209,7 @@ class HeadGuess:
             return None
         if stop > head + len(slots):
             return None  # the range goes on into the next record: read it all under the lock
+        self._ahead.keep(head, slots[: grant.tail - head], self._verdicts)
         return slots[: stop - head]
 
     def holds_own(self, head: int, slots: list[Any]) -> bool:
@@ -216,26 +232,35 @@ def read_settled(
 ) -> tuple[LockGrant, list[Entry], Settled]:
     """Read up to ``max_entries`` slots from the head under the lock, and settle them.
 
-    Slots the read guessed beside the acquire saw (``guess``) are not read again.
+    Slots read ahead by this handle (:mod:`large_queue._read_ahead`; the
+    head this grant read has not passed them), or seen by the read guessed
+    beside the acquire (``guess``), are not read again.
     """
     head = grant.head
     stop = head + min(max_entries, grant.tail - head)
     per_record = queue.shape.slots_per_record
     first = head % per_record
-    got = queue.head_guess.slots(grant, guess, stop) if stop > head else None  # slots from the head
+    got = queue.read_ahead.covering(head, stop)  # each a published entry: final, taken
+    if got is None and stop > head:
+        got = queue.head_guess.slots(grant, guess, stop)  # slots from the head
     settled = None if got is None else settle_plain(head, got)  # each a published entry: final, taken
     if settled is None and got is not None and not queue.head_guess.holds_own(head, got):
         got = None  # a slot the guess saw may have changed since: read it under the lock
+    read = None  # what the common read found, read ahead
     if settled is None and got is None and head < stop <= head + per_record - first:  # the common read
-        grant, got = queue._buffer_command(
-            grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, stop - head)
+        count = read_count(head, stop - head, first, per_record, grant.tail)
+        grant, read = queue._buffer_command(
+            grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, count)
         )
+        got = read[: stop - head]
         if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
             got = [*got, *[None] * (stop - head - len(got))]
         settled = settle_plain(head, got)
     if settled is None and got is not None:
         from_head = got
         settled = queue.prefix.settle(head, stop, lambda offset: from_head[offset - head])
+    if read is not None:  # kept once settled: spanning batches' verdicts are known then
+        queue.read_ahead.keep(head, read, queue.prefix.verdicts)
     if settled is None:  # a read spanning records
         grant, slots = _read_slots(queue, grant, head, stop)
         settled = queue.prefix.settle(head, stop, slots.__getitem__)

@@ -33,6 +33,7 @@ from large_queue._entries import NATIVE, check_entries, check_entry, decode_entr
 from large_queue._entries import Entry as Entry  # the entry a dequeue returns, at home here for users
 from large_queue._frozen import frozen
 from large_queue._lifecycle import positive_int
+from large_queue._read_ahead import ReadAhead
 from large_queue._stats import Counters, QueueStats
 from large_queue._txn import txn_id as _txn_id
 from large_queue._waiting import IdlePoller
@@ -155,8 +156,10 @@ class Queue:
         self.prefix = PrefixReader(
             backend, self.keys, self.shape, self.appender, HoleWatch(self.hole_timeout), self.counters
         )
+        #: entries this handle's dequeues read ahead (lock-free appends), taken later with no read
+        self.read_ahead = ReadAhead()
         #: where this handle's last dequeue left the head: the guess of the next one's slots
-        self.head_guess = _dequeue.HeadGuess(self, metadata.head)
+        self.head_guess = _dequeue.HeadGuess(self, metadata.head, self.read_ahead)
         #: the store's clock as this handle tells it between reads (consumers judge age by it)
         self.store_clock = _retention.StoreClock(self.appender.store_now)
 

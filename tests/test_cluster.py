@@ -25,10 +25,10 @@ import pytest
 
 from large_queue import OwnershipLostError, Queue, QueueFullError, QueueNotFoundError
 from large_queue import _records as rec
+from large_queue._read_ahead import READ_AHEAD
 from large_queue.backends import ListSet, connect
 from large_queue.cluster import OwnershipEvent, ownership_info
 from large_queue.cluster._ownership import Ownership, OwnerState
-from large_queue.cluster._slots import READ_AHEAD
 from tests.fix_backends import APPENDS, Place
 
 TIMING = {"time_slice": 0.4, "timeout": 1.0, "poll_interval": 0.05}

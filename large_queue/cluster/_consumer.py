@@ -34,13 +34,14 @@ from large_queue import _records as rec
 from large_queue import _retention, errors
 from large_queue._entries import NATIVE
 from large_queue._frozen import frozen
+from large_queue._read_ahead import ReadAhead
 from large_queue._waiting import IdlePoller
 from large_queue.cluster import _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
 from large_queue.cluster._messages import Message, OwnershipEvent
 from large_queue.cluster._ownership import Ownership, OwnerState, acked_position, successor
-from large_queue.cluster._slots import ReadAhead, read_slots
+from large_queue.cluster._slots import read_slots
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 

@@ -7,22 +7,11 @@ only when it must look past the tail it has already seen (offsets below a
 tail once seen are committed for good: the tail only grows).
 
 The common delivery (fresh offsets in one buffer record, below a tail seen)
-reads ahead: up to :data:`READ_AHEAD` slots of that record, of which it
-keeps the leading run of plain entries, each holding its own offset
-(:class:`ReadAhead`). Such a slot keeps its entry until a later lap reuses
-it, which only happens once the queue's head has passed it, so the next
-deliveries take their slots from the run with no command. The timeline of
-the one case where that shows, an overwriting producer P and an owner O::
-
-    t=0  O reads slots 40..55 ahead, all entries, and delivers 40.
-    t=1  P, overwriting a full queue, moves the head past 41 and writes
-         its entry of a later lap into slot 41.
-    t=2  O delivers 41 from what it read at t=0, not as lost: as if its
-         read of 41 had come just before P's overwrite, which it did.
-
-Holes (reserved, unpublished slots), tombstones, parts of batches that span
-records and later laps' entries end the run: those are always judged on a
-fresh read.
+reads ahead (:mod:`large_queue._read_ahead`): the next deliveries take the
+entries it found there with no command. The owner's cursor is the check
+that the head has not passed them: only this owner moves the head (an
+overwriting producer aside, whose drop of an entry read ahead then shows as
+a delivery, as if the read had come just before the drop, which it did).
 """
 
 from __future__ import annotations
@@ -32,11 +21,9 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._read_ahead import ReadAhead, read_count
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.queue import Queue
-
-#: slots a delivery of fresh offsets reads from its buffer record at least, to deliver the rest later
-READ_AHEAD = 16
 
 
 class SlotsRead:
@@ -62,40 +49,6 @@ class SlotsRead:
         return slot_list[index] if isinstance(slot_list, list) and index < len(slot_list) else None
 
 
-class ReadAhead:
-    """The run of plain entries an owner read ahead in one buffer record (see the module's timeline)."""
-
-    def __init__(self) -> None:
-        self._start = 0  # the run's first offset
-        self._record = 0
-        self._first_slot = 0
-        self._slots: list[Any] = []
-
-    def covering(self, shape: rec.QueueShape, fresh: range) -> SlotsRead | None:
-        """The slots of ``fresh`` from the run, or None where it does not hold them all."""
-        if not self._slots or fresh.start < self._start or fresh[-1] >= self._start + len(self._slots):
-            return None
-        last_slot = self._first_slot + len(self._slots) - 1
-        return SlotsRead(
-            shape, {self._record: (self._first_slot, last_slot)}, {self._record: self._slots}, None
-        )
-
-    def keep(self, start: int, record: int, first_slot: int, slots: Any) -> None:
-        """Keep the leading run of ``slots`` (read from ``start`` on) that are plain entries of their own."""
-        run = 0
-        if isinstance(slots, list):
-            for offset, slot in enumerate(slots, start):
-                if type(slot) is not list or len(slot) != 3 or slot[0] != offset:
-                    break
-                run += 1
-        self._start, self._record, self._first_slot = start, record, first_slot
-        self._slots = slots[:run] if run else []
-
-    def clear(self) -> None:
-        """Forget the run (ownership changed hands: read afresh)."""
-        self._slots = []
-
-
 def read_slots(
     queue: Queue, again: Sequence[int], fresh: range, seen_tail: int, ahead: ReadAhead
 ) -> SlotsRead:
@@ -103,30 +56,20 @@ def read_slots(
 
     Fresh offsets of one buffer record below ``seen_tail`` come from what an
     earlier read kept in ``ahead``, with no command, where it holds them all;
-    otherwise that read goes :data:`READ_AHEAD` slots further and keeps them.
+    otherwise that read goes further (:func:`large_queue._read_ahead.read_count`) and keeps them.
     """
     shape = queue.shape
     if not again and fresh and fresh[-1] < seen_tail:
         first, last = fresh.start, fresh[-1]
         record = shape.record_of(first)
         if shape.record_of(last) == record and shape.slot_of(last) >= shape.slot_of(first):
-            kept = ahead.covering(shape, fresh)
+            first_slot, last_slot = shape.slot_of(first), shape.slot_of(last)
+            kept = ahead.covering(first, last + 1)
             if kept is not None:
-                return kept
-            first_slot = shape.slot_of(first)
-            last_slot = shape.slot_of(last)
-            # as far as the record and the read-ahead go, below the tail seen: past it no slot is
-            # deliverable yet (in a locked queue one may hold a stale writer's uncommitted entry)
-            last_slot = max(
-                last_slot,
-                min(
-                    shape.slots_per_record - 1,
-                    first_slot + READ_AHEAD - 1,
-                    seen_tail - 1 - first + first_slot,
-                ),
-            )
-            read = _read_one_record(queue, record, first_slot, last_slot)
-            ahead.keep(first, record, first_slot, read.slots_of(record))
+                return SlotsRead(shape, {record: (first_slot, last_slot)}, {record: kept}, None)
+            count = read_count(first, last - first + 1, first_slot, shape.slots_per_record, seen_tail)
+            read = _read_one_record(queue, record, first_slot, first_slot + count - 1)
+            ahead.keep(first, read.slots_of(record), queue.prefix.verdicts)
             return read
     wanted: dict[int, tuple[int, int]] = {}
     runs = [range(o, o + 1) for o in again]
@@ -181,4 +124,4 @@ def _read_or_none(queue: Queue, key: RecordKey, operations: list[Operation]) -> 
         return None
 
 
-__all__ = ["READ_AHEAD", "ReadAhead", "SlotsRead", "read_slots"]
+__all__ = ["SlotsRead", "read_slots"]

@@ -1,0 +1,98 @@
+"""Reading ahead: slots read for later deliveries, taken then with no command.
+
+A reader that takes entries one at a time (a lone consumer's dequeues, a
+shared queue's owner) reads up to :data:`READ_AHEAD` slots of the buffer
+record it reads anyway, and keeps the leading run of *plain entries*: slots
+that each hold their own offset's published entry. Such a slot keeps that
+entry until a later lap reuses it, and a lap reuses it only once the queue's
+head has passed it (an overwriting producer moves the head past an offset,
+in its reservation, before it writes that offset's slot). So a kept slot of
+an offset that the head has not passed, checked by whoever takes it (under
+the lock, the head the acquire read; an owner, the cursor it owns), holds
+what a read now would find. The timeline of a lone consumer C and an
+overwriting producer P::
+
+    t=0  C holds the lock at head 40, reads slots 40..55 (all entries),
+         keeps them, takes 40 and commits head 41.
+    t=1  P overwrites: its reservation moves the head to 43 and it writes
+         its entries of a later lap into slots 41 and 42.
+    t=2  C's acquire reads head 43: 41 and 42 are below it, so the kept
+         slots of 41 and 42 are never taken; C takes 43 from what it kept,
+         with no read (P did not pass 43, so its slot is as it was at t=0).
+
+Holes (reserved, unpublished slots), tombstones, later laps' slots and parts
+of batches that span records whose last slot was not read with them end the
+run: those are always judged on a fresh read. Whoever takes a kept slot
+still checks it against the offset it takes it for. A kept run is never past
+the tail the reader knows, so a slot a stale writer filled beyond it (in a
+queue whose producers take the lock) is never kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from large_queue.appends._prefix import ENTRY
+
+#: slots a reader reads at least from the one it needs, where its buffer record and the tail allow
+READ_AHEAD = 16
+
+
+class ReadAhead:
+    """The run of plain entries one reader read ahead (see the module's timeline)."""
+
+    def __init__(self) -> None:
+        self._start = 0  # the run's first offset
+        self._slots: list[Any] = []
+
+    def covering(self, start: int, stop: int) -> list[Any] | None:
+        """The kept slots of offsets ``[start, stop)``, or None where the run does not hold them all."""
+        first = start - self._start
+        if first < 0 or stop - self._start > len(self._slots) or stop <= start:
+            return None
+        return self._slots[first : stop - self._start]
+
+    def keep(self, start: int, slots: Any, verdicts: Mapping[int, str]) -> None:
+        """Keep the leading run of ``slots`` (read from offset ``start`` on) that are entries.
+
+        A part of a batch that spans records is an entry once the batch's
+        last slot is published: it is kept (as a plain entry) where that slot
+        is among ``slots``, read at the same moment, or where the reader's
+        ``verdicts`` (:func:`large_queue.appends._prefix.settle`'s, final) say so.
+        """
+        kept: list[Any] = []
+        if type(slots) is list:
+            for offset, slot in enumerate(slots, start):
+                if type(slot) is not list or not slot or slot[0] != offset:
+                    break
+                if len(slot) == 3:
+                    kept.append(slot)
+                elif len(slot) == 4 and (verdicts.get(slot[3]) == ENTRY or _published(slots, start, slot[3])):
+                    kept.append(slot[:3])
+                else:
+                    break
+        self._start = start
+        self._slots = kept
+
+    def clear(self) -> None:
+        """Forget the run."""
+        self._slots = []
+
+
+def _published(slots: list[Any], start: int, last: Any) -> bool:
+    """Whether ``slots`` (from offset ``start``) show offset ``last`` published: a batch's last slot."""
+    index = last - start if type(last) is int else -1
+    if not 0 <= index < len(slots):
+        return False
+    slot = slots[index]
+    return type(slot) is list and len(slot) in (3, 4) and slot[0] == last
+
+
+def read_count(start: int, needed: int, slot: int, slots_per_record: int, tail: int) -> int:
+    """How many slots to read from offset ``start`` (slot index ``slot`` of its record): the
+    ``needed`` ones, and up to :data:`READ_AHEAD` in all where the record and ``tail`` allow."""
+    return max(needed, min(READ_AHEAD, slots_per_record - slot, tail - start))
+
+
+__all__ = ["READ_AHEAD", "ReadAhead", "read_count"]

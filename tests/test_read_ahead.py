@@ -1,0 +1,72 @@
+"""A lone consumer's dequeues read ahead: the next entries come with no read, never one the head passed."""
+
+from __future__ import annotations
+
+from large_queue import Queue
+from large_queue._read_ahead import READ_AHEAD, ReadAhead
+from large_queue.appends._prefix import ENTRY
+from tests.fix_backends import Store
+
+
+def _values(entries: list) -> list:  # type: ignore[type-arg]
+    return [entry.value for entry in entries]
+
+
+def test_single_dequeues_after_a_read_ahead_send_no_read(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=100, slots_per_record=50)
+    queue.enqueue_batch(list(range(2 * READ_AHEAD)))
+    backend = store.backend
+    sent = backend.commands
+    taken = [entry.value for entry in [queue.dequeue()] if entry]
+    assert queue.head_guess.read(1) is None  # kept: no read goes beside the next acquire either
+    taken += [entry.value for _ in range(2 * READ_AHEAD - 1) if (entry := queue.dequeue())]
+    assert taken == list(range(2 * READ_AHEAD))
+    # an acquire and a commit each; where a read goes beside the acquire it is in the acquire's
+    # round trip, and elsewhere it is one more command at the first dequeue of each run read ahead
+    reads = 0 if backend.reads_beside else 2
+    assert backend.commands - sent == 2 * 2 * READ_AHEAD + reads
+    queue.enqueue("next")  # nothing kept for it: it is read
+    assert _values([queue.dequeue()]) == ["next"]
+
+
+def test_another_consumer_taking_entries_read_ahead_is_seen_by_the_head(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=100, slots_per_record=50)
+    other = Queue.open(store.backend, queue.name)
+    queue.enqueue_batch(list(range(30)))
+    assert _values(queue.dequeue_batch(1)) == [0]  # reads 0..15 ahead
+    assert _values(other.dequeue_batch(5)) == [1, 2, 3, 4, 5]
+    assert _values(queue.dequeue_batch(2)) == [6, 7]  # from what it kept, past the head the other left
+    assert _values(other.dequeue_batch(30)) == list(range(8, 30))
+    assert queue.dequeue() is None
+
+
+def test_entries_an_overwriting_producer_dropped_are_not_taken_from_what_was_read_ahead(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=16, slots_per_record=16)
+    queue.enqueue_batch([f"a{n}" for n in range(16)])  # full
+    assert _values(queue.dequeue_batch(1)) == ["a0"]  # a1..a15 read ahead
+    # three more, overwriting: the head moves past a1 and a2, whose slots take b0 and b1
+    queue.enqueue_batch(["b0", "b1", "b2"], overwrite_if_full=True)
+    taken = _values(queue.dequeue_batch(1))
+    assert taken == ["a3"]
+    taken += _values(queue.dequeue_batch(20))
+    assert taken == [*(f"a{n}" for n in range(3, 16)), "b0", "b1", "b2"]
+
+
+def test_a_run_read_ahead_ends_at_the_first_slot_that_is_not_a_plain_entry() -> None:
+    ahead = ReadAhead()
+    ahead.keep(40, [[40, "x", 1], [41, "y", 1], [41], [43, "z", 1]], {})  # 42 holds another offset
+    assert ahead.covering(40, 42) == [[40, "x", 1], [41, "y", 1]]
+    assert ahead.covering(41, 42) == [[41, "y", 1]]
+    assert ahead.covering(41, 43) is None
+    assert ahead.covering(39, 41) is None
+    ahead.keep(50, [[50], [51, "t", 1]], {})  # a tombstone first: nothing kept
+    assert ahead.covering(50, 51) is None
+    ahead.keep(60, [[60, "u", 1, 62]], {})  # part of a batch spanning records, its last slot not read
+    assert ahead.covering(60, 61) is None
+    ahead.keep(60, [[60, "u", 1, 62]], {62: ENTRY})  # ... which an earlier read found published
+    assert ahead.covering(60, 61) == [[60, "u", 1]]
+    ahead.keep(60, [[60, "u", 1, 62], [61, "v", 1, 62], [62, "w", 1, 62], [63, "x", 1, 64]], {})
+    assert ahead.covering(60, 63) == [[60, "u", 1], [61, "v", 1], [62, "w", 1]]  # 62 published
+    assert ahead.covering(60, 64) is None
+    ahead.keep(60, [[60, "u", 1, 61], [61]], {})  # the batch closed: its last slot a tombstone
+    assert ahead.covering(60, 61) is None

@@ -34,19 +34,24 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     # 2 + the buffer records touched: batches of 20 in records of 100 slots touch one or two.
     assert 3 <= per_call["enqueue (batches of 20)"] <= 4
     assert 3 <= per_call["dequeue (batches of 20)"] <= 4
-    assert 2 <= per_call["owner dequeue (single, no lock)"] < 2.1
+    # the owner write, and a read of 16 slots ahead at every 16th (the first with the metadata)
+    assert 1 < per_call["owner dequeue (single, no lock)"] < 1.2
     for figure in report.figures:  # each operation's floor replays exactly its own commands
         assert figure.floor is not None and figure.floor.round_trips == figure.round_trips, figure.name
         assert figure.floor.rate > 0 and figure.cpu_seconds > 0
     # without the lock: 2 per single enqueue, 1 + the buffer records touched per batch
     assert per_call["enqueue (single), reserve"] == 2
     assert 2 <= per_call["enqueue (batches of 20), reserve"] <= 3
-    # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once
+    # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once,
+    # and single dequeues read 16 slots ahead: elsewhere a read is one more command at every 16th
     with connect(place.url) as store:
         beside = store.reads_beside
-    assert per_call["dequeue (single), reserve"] == (2 if beside else 3)
+    if beside:
+        assert per_call["dequeue (single), reserve"] == 2
+    else:
+        assert 2 < per_call["dequeue (single), reserve"] < 2.2
     assert (2 if beside else 3) <= per_call["dequeue (batches of 20), reserve"] <= (3 if beside else 4)
-    assert 2 <= per_call["owner dequeue (single, no lock), reserve"] < 2.1
+    assert 1 < per_call["owner dequeue (single, no lock), reserve"] < 1.2
     assert [(s.appends, s.delay > 0) for s in report.scaling] == [
         ("lock", False),
         ("reserve", False),

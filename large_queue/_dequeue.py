@@ -209,7 +209,7 @@ class HeadGuess:
             return None
         if stop > head + len(slots):
             return None  # the range goes on into the next record: read it all under the lock
-        self._ahead.keep(head, slots[: grant.tail - head], self._verdicts)
+        self._ahead.keep(stop, slots[stop - head : grant.tail - head], self._verdicts)  # past what it takes
         return slots[: stop - head]
 
     def holds_own(self, head: int, slots: list[Any]) -> bool:
@@ -259,8 +259,8 @@ def read_settled(
     if settled is None and got is not None:
         from_head = got
         settled = queue.prefix.settle(head, stop, lambda offset: from_head[offset - head])
-    if read is not None:  # kept once settled: spanning batches' verdicts are known then
-        queue.read_ahead.keep(head, read, queue.prefix.verdicts)
+    if read is not None:  # what it read past what it takes, kept once settled (verdicts known then)
+        queue.read_ahead.keep(stop, read[stop - head :], queue.prefix.verdicts)
     if settled is None:  # a read spanning records
         grant, slots = _read_slots(queue, grant, head, stop)
         settled = queue.prefix.settle(head, stop, slots.__getitem__)

@@ -69,7 +69,9 @@ def read_slots(
                 return SlotsRead(shape, {record: (first_slot, last_slot)}, {record: kept}, None)
             count = read_count(first, last - first + 1, first_slot, shape.slots_per_record, seen_tail)
             read = _read_one_record(queue, record, first_slot, first_slot + count - 1)
-            ahead.keep(first, read.slots_of(record), queue.prefix.verdicts)
+            got = read.slots_of(record)  # a list, or None where the record is missing
+            past = got[last - first + 1 :] if type(got) is list else []  # past the offsets wanted now
+            ahead.keep(last + 1, past, queue.prefix.verdicts)
             return read
     wanted: dict[int, tuple[int, int]] = {}
     runs = [range(o, o + 1) for o in again]

@@ -40,7 +40,7 @@ READ_AHEAD = 16
 
 
 class ReadAhead:
-    """The run of plain entries one reader read ahead (see the module's timeline)."""
+    """The run of entries one reader read ahead (see the module's timeline)."""
 
     def __init__(self) -> None:
         self._start = 0  # the run's first offset
@@ -53,7 +53,7 @@ class ReadAhead:
             return None
         return self._slots[first : stop - self._start]
 
-    def keep(self, start: int, slots: Any, verdicts: Mapping[int, str]) -> None:
+    def keep(self, start: int, slots: list[Any], verdicts: Mapping[int, str]) -> None:
         """Keep the leading run of ``slots`` (read from offset ``start`` on) that are entries.
 
         A part of a batch that spans records is an entry once the batch's
@@ -62,16 +62,15 @@ class ReadAhead:
         ``verdicts`` (:func:`large_queue.appends._prefix.settle`'s, final) say so.
         """
         kept: list[Any] = []
-        if type(slots) is list:
-            for offset, slot in enumerate(slots, start):
-                if type(slot) is not list or not slot or slot[0] != offset:
-                    break
-                if len(slot) == 3:
-                    kept.append(slot)
-                elif len(slot) == 4 and (verdicts.get(slot[3]) == ENTRY or _published(slots, start, slot[3])):
-                    kept.append(slot[:3])
-                else:
-                    break
+        for offset, slot in enumerate(slots, start):
+            if type(slot) is not list or not slot or slot[0] != offset:
+                break
+            if len(slot) == 3:
+                kept.append(slot)
+            elif len(slot) == 4 and (verdicts.get(slot[3]) == ENTRY or _published(slots, start, slot[3])):
+                kept.append(slot[:3])
+            else:
+                break
         self._start = start
         self._slots = kept
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -288,3 +289,77 @@ def test_a_producer_left_open_writes_what_was_sent_when_the_program_ends(place: 
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
     assert [entry.value for entry in drain(Queue.open(place.connect(), name))] == ["left open"]
+
+
+def test_a_send_takes_no_lock_once_the_producer_thread_lingers(store: Store) -> None:
+    """Senders that queue on one lock convoy when the interpreter switches threads: a send needs none."""
+    queue = store.new_queue(capacity=200, slots_per_record=10, appends="reserve")
+    with queue.producer(linger=NEVER) as producer:
+        first = producer.send(0)  # the first entry wakes the producer thread, which then lingers
+        while producer._alarm != producer.max_batch:
+            time.sleep(0.001)
+        sent: list[OffsetFuture] = []
+        with producer._lock:
+            sender = threading.Thread(target=lambda: sent.extend(producer.send(n) for n in range(1, 100)))
+            sender.start()
+            sender.join(10)
+            assert not sender.is_alive() and len(sent) == 99
+    assert [first.result(timeout=0), *(future.result(timeout=0) for future in sent)] == list(range(100))
+
+
+def test_sends_racing_close_resolve_or_raise_and_never_hang(store: Store) -> None:
+    threads, sends = 8, 300
+    queue = store.new_queue(capacity=threads * sends, slots_per_record=100, appends="reserve")
+    producer = queue.producer(linger=0.001, max_batch=50)
+    futures: list[OffsetFuture] = []
+    refused: list[InvalidArgumentError] = []
+    start = threading.Barrier(threads + 1)
+
+    def sending(thread: int) -> None:
+        start.wait()
+        for n in range(sends):
+            try:
+                futures.append(producer.send({"thread": thread, "n": n}))
+            except InvalidArgumentError as exc:
+                refused.append(exc)
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: a send meets close anywhere
+    try:
+        workers = [threading.Thread(target=sending, args=(t,)) for t in range(threads)]
+        for worker in workers:
+            worker.start()
+        start.wait()
+        time.sleep(0.01)
+        assert producer.close(timeout=30) is True
+        for worker in workers:
+            worker.join(30)
+    finally:
+        sys.setswitchinterval(interval)
+    assert all("closed" in str(exc) for exc in refused)
+    stored = {entry.offset: entry.value for entry in drain(queue)}
+    assert sorted(future.result(timeout=0) for future in futures) == sorted(stored)
+    assert len(stored) + len(refused) <= threads * sends
+
+
+class _ClosingIntake(deque[Any]):
+    """An intake whose next append waits until the producer is closed and its thread has stopped."""
+
+    producer: Producer
+
+    def append(self, item: Any) -> None:
+        self.producer.close(timeout=10)
+        super().append(item)
+
+
+def test_a_send_that_appends_after_the_producer_thread_stopped_raises(store: Store) -> None:
+    """The send checked for closing, then close ran to its end, then the send appended: it must not hang."""
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    producer = queue.producer(linger=NEVER)
+    intake = producer._intake = _ClosingIntake()
+    intake.producer = producer
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        producer.send("late")
+    assert not producer._thread.is_alive() and not intake
+    assert drain(queue) == []

@@ -62,8 +62,10 @@ Threads that send at the same moment can each pass the check, so the
 producer may hold up to one entry more than ``max_pending`` per sending
 thread. A send that races ``close`` either gets a future that resolves or
 raises ``InvalidArgumentError``, as a send after ``close`` does.
-Futures' callbacks run in the producer's thread: they must not block, nor
-send to a full producer, flush it or close it. An entry is written as it is
+Futures' callbacks run in the producer's thread (one added to a future
+already resolved runs at once, in the caller's): they must not block, nor
+send to a full producer, flush it or close it; one that raises is logged
+(logger ``large_queue``) and the others still run. An entry is written as it is
 when its batch goes, so do not change it after sending it. Close the
 producer (or use it as a context manager): if the program's main thread
 ends first, the producer writes what was sent, then refuses any further send.
@@ -71,6 +73,7 @@ ends first, the producer writes what was sent, then refuses any further send.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -84,6 +87,8 @@ from large_queue._lifecycle import positive_int
 
 if TYPE_CHECKING:
     from large_queue.queue import Queue
+
+log = logging.getLogger("large_queue")
 
 #: appends of one batch, in all, while readers keep closing its reservation
 RESERVATION_ATTEMPTS = 3
@@ -247,8 +252,9 @@ class Producer:
         if self._closed or len(intake) >= self._room_left:
             self._wait_for_room()
         future = OffsetFuture(self)
+        sent_at = time.monotonic()  # read first: a send switched out below can only make it earlier
         if not intake:
-            self._first_at = time.monotonic()
+            self._first_at = sent_at
         intake.append((checked, future))  # its place in the queue's order, taken atomically
         if len(intake) >= self._alarm or self._closed:
             self._after_append(future)
@@ -266,7 +272,9 @@ class Producer:
         """Wake the producer thread for a full batch or a first entry; refuse an entry sent past the end."""
         with self._lock:
             if self._stopped and future._batch is None:  # closed while sending: the thread is gone
-                self._intake.remove(next(item for item in self._intake if item[1] is future))
+                # Every entry still waiting is a late one whose sender raises, as this one does. One
+                # call clears them all: a loop over the deque would meet other late senders' appends.
+                self._intake.clear()
                 raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
             self._alarm = _NEVER
             self._work.notify()
@@ -279,7 +287,9 @@ class Producer:
         with self._lock:
             target = self._flush_upto = max(self._flush_upto, self._taken + len(self._intake))
             self._work.notify()
-            return self._done.wait_for(lambda: self._resolved >= target, timeout)
+            # The count may hold late entries, sent past close and refused: once the thread has
+            # stopped, every entry it accepted is resolved
+            return self._done.wait_for(lambda: self._resolved >= target or self._stopped, timeout)
 
     def close(self, timeout: float | None = None) -> bool:
         """Refuse further sends, write what was sent, and stop the producer thread.
@@ -324,6 +334,7 @@ class Producer:
                         break
                 elif self._closed:
                     self._stopped = True
+                    self._done.notify_all()  # flushers counting late entries stop waiting
                     return None
                 elif not threading.main_thread().is_alive():
                     self._close()
@@ -336,6 +347,7 @@ class Producer:
 
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
+        self._room_left -= count  # first: a send checking meanwhile sees them as pending either way
         batch = _Batch()
         values = []
         popleft = self._intake.popleft
@@ -348,7 +360,6 @@ class Producer:
                 batch.callbacks.extend(future._callbacks)
                 future._callbacks = None
         self._taken += count
-        self._room_left -= count
         self._taking.notify_all()
         return batch, values
 
@@ -362,7 +373,10 @@ class Producer:
         with _RESOLVING:
             batch.resolved.set()
         for callback in batch.callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # as concurrent.futures does: the producer thread must go on
+                log.exception("a callback of %r raised", self)
         with self._lock:
             self._resolved += len(values)
             self._room_left += len(values)

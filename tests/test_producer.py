@@ -363,3 +363,125 @@ def test_a_send_that_appends_after_the_producer_thread_stopped_raises(store: Sto
         producer.send("late")
     assert not producer._thread.is_alive() and not intake
     assert drain(queue) == []
+
+
+def test_late_senders_all_raise_and_leave_nothing_behind(store: Store) -> None:
+    """Many sends that passed the closing check append after the producer thread stopped, all at once."""
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # late senders meet each other's appends anywhere
+    try:
+        for _ in range(20):  # a sender's refusal meeting two others' appends shows in a few rounds
+            producer = queue.producer(linger=NEVER)
+            raised = _send_late(producer, senders=32)
+            assert len(raised) == 32 and all(isinstance(exc, InvalidArgumentError) for exc in raised)
+            assert not producer._intake
+            assert producer.flush(timeout=10) is True  # nothing it accepted is unresolved
+    finally:
+        sys.setswitchinterval(interval)
+    assert drain(queue) == []
+
+
+def _send_late(producer: Producer, senders: int) -> list[BaseException]:
+    """What each of ``senders`` sends raised, each held after its closing check until the producer closed."""
+    appending = threading.Event()
+
+    class _HeldIntake(deque[Any]):
+        def append(self, item: Any) -> None:
+            appending.wait(10)
+            super().append(item)
+
+    producer._intake = _HeldIntake()
+    raised: list[BaseException] = []
+
+    def sending() -> None:
+        try:
+            producer.send("late")
+        except BaseException as exc:  # the test looks at what each send raised
+            raised.append(exc)
+
+    threads = [threading.Thread(target=sending) for _ in range(senders)]
+    for thread in threads:
+        thread.start()
+    assert producer.close(timeout=10) is True
+    appending.set()
+    for thread in threads:
+        thread.join(10)
+    return raised
+
+
+def test_flush_does_not_wait_on_an_entry_refused_after_close(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    producer = queue.producer(linger=NEVER)
+    flushed: list[bool] = []
+
+    class _FlushingIntake(deque[Any]):
+        def append(self, item: Any) -> None:
+            producer.close(timeout=10)  # the send passed its closing check; close runs to its end
+            super().append(item)
+            flusher = threading.Thread(target=lambda: flushed.append(producer.flush(timeout=10)))
+            flusher.start()
+            flusher.join()
+
+    producer._intake = _FlushingIntake()
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        producer.send("late")
+    assert flushed == [True]
+
+
+def test_a_callback_that_raises_is_logged_and_the_producer_goes_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    seen: list[int] = []
+    with queue.producer(linger=NEVER) as producer:
+        first = producer.send("a")
+        first.add_done_callback(lambda done: 1 / 0)
+        first.add_done_callback(lambda done: seen.append(done.result()))
+        assert producer.flush(timeout=10) is True
+        second = producer.send("b")
+    assert seen == [0] and second.result(timeout=0) == 1
+    assert "a callback of" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+def test_pending_entries_stay_within_max_pending_and_one_per_sender(store: Store) -> None:
+    """Sends check for room without the lock: each may pass once beside the others, no more."""
+    queue = store.new_queue(capacity=2000, slots_per_record=100, appends="reserve")  # max_batch fits
+    appended = [0]
+
+    def slow_append(entries: list[Any], **options: Any) -> range:
+        time.sleep(0.002)  # a round trip's time, so that sends wait for room
+        appended[0] += len(entries)
+        return range(appended[0] - len(entries), appended[0])
+
+    queue._append_checked = slow_append  # type: ignore[method-assign,assignment]
+    threads, limit = 4, queue.capacity
+    producer = queue.producer(linger=0.001, max_batch=limit, max_pending=limit)
+    worst = [0]
+    take = producer._take
+
+    def taking(count: int) -> Any:
+        taken = take(count)  # under the lock: pending is what waits, plus taken and unresolved
+        worst[0] = max(worst[0], len(producer._intake) + producer._taken - producer._resolved)
+        return taken
+
+    producer._take = taking  # type: ignore[method-assign]
+    until = time.monotonic() + 1.0
+
+    def sending() -> None:
+        while time.monotonic() < until:
+            producer.send(1)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a send may stop between any two bytecodes, as on a busy machine
+    try:
+        senders = [threading.Thread(target=sending) for _ in range(threads)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join(30)
+    finally:
+        sys.setswitchinterval(interval)
+    assert producer.close(timeout=10) is True
+    assert appended[0] > 4 * limit  # sends waited for room many times
+    assert worst[0] <= limit + threads

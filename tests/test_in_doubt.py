@@ -17,8 +17,10 @@ import uuid
 import pytest
 
 from large_queue import OutcomeUnknownError, Queue
+from large_queue._guarded import ATTEMPTS
 from large_queue.backends import Increment, Read, RecordKey, connect
 from large_queue.backends.faults import Call, FaultInjectingBackend
+from large_queue.cluster import ownership_info
 from large_queue.errors import BackendTimeoutError
 from tests.fix_backends import Store
 
@@ -221,3 +223,43 @@ def test_a_batch_read_the_server_does_not_answer_is_a_timeout_not_damage(aerospi
     assert [record is not None for record in backend.batch_get(keys)] == [True, False]
     backend.remove(keys[0])
     backend.close()
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_delivery_whose_owner_write_stays_in_doubt_delivers_nothing_and_loses_nothing(
+    store: Store, applied: bool
+) -> None:
+    queue = store.new_queue(capacity=20, slots_per_record=5)
+    queue.enqueue_batch(range(8))
+    backend = FaultInjectingBackend(store.backend)
+    shared = Queue.open(backend, queue.name)
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=0.05) as consumer:
+        owner_write = lambda call: call.key.user_key == "queue-owner" and call.method == "operate"  # noqa: E731
+        backend.inject(owner_write, applied=applied, times=ATTEMPTS)  # every try of the write: unknown
+        assert consumer.receive(5) == []  # nothing handed out: applied or not, it comes again
+        assert backend.injected == ATTEMPTS
+        received = consumer.receive(8, timeout=10)  # once the node has read its owner record again
+        assert [m.value for m in received] == list(range(8))
+        assert [m.redelivered for m in received] == [applied] * 5 + [False] * 3
+        consumer.ack(received)
+        assert consumer.receive(8, timeout=0.2) == []
+
+
+def test_an_ack_is_not_reported_failed_when_only_the_head_sync_after_it_fails(store: Store) -> None:
+    queue = store.new_queue(capacity=400, slots_per_record=100)
+    queue.enqueue_batch(range(120))
+    backend = FaultInjectingBackend(store.backend)
+    shared = Queue.open(backend, queue.name)
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=60) as consumer:
+        messages = consumer.receive(110)
+        # The ack's owner write applies; the head sync after it (a quarter of the queue acked) then
+        # finds its lock commit in doubt, as when the process is paused past the store's timeout.
+        backend.inject(lambda call: call.is_commit, applied=True)
+        consumer.ack(messages)
+        assert backend.injected == 1
+        assert ownership_info(shared).acked_offset == 110
+        assert queue.info().head_offset == 110  # the commit in doubt had applied
+        rest = consumer.receive(10)
+        assert [m.value for m in rest] == list(range(110, 120))
+        consumer.ack(rest)
+        assert ownership_info(shared).acked_offset == 120

@@ -214,7 +214,8 @@ class Consumer:
         ownership and returns at once if nothing is there. Costs one batch get
         and one write; entries delivered before and not acked (by an earlier
         owner, or past their visibility timeout) come first, marked as
-        redelivered.
+        redelivered. A delivery whose write stays in doubt delivers nothing
+        (logged): its entries come again, marked redelivered if it applied.
         """
         messages = self._receive(max_entries, timeout, auto_ack=False)
         return [m for m in messages if isinstance(m, Message)]
@@ -234,7 +235,8 @@ class Consumer:
         ``OwnershipLostError`` if this node no longer owns the queue under the
         epoch that delivered them; ``DeliveryExpiredError`` (nothing acked) if
         one of them was delivered again since. A message already acked is
-        left as it is.
+        left as it is. Once the ack's write has applied, the call succeeds:
+        moving the queue's head after it is retried later if it fails (logged).
         """
         with self._lock:
             offsets = {m.offset for m in self._current(messages) if m.offset in self._inflight}
@@ -474,6 +476,18 @@ class Consumer:
         except errors.OwnershipLostError:
             self._dying = []
             return []  # nothing was delivered; the new owner has it all
+        except errors.OutcomeUnknownError as exc:
+            # Nothing is handed out either way, and nothing is lost either way:
+            #   applied:     the entries are in flight in the owner record; whoever owns
+            #                it next (this node once it reads the record again) delivers
+            #                them again at once, since no consumer holds them;
+            #   not applied: the record's cursor is still before them: delivered fresh.
+            # This node's own state may be behind the record: it reads it again before
+            # delivering more (the watcher takes the queue back if it is still its own).
+            log.warning("queue %r: %s delivers nothing this time: %s", self.queue.name, self._who(), exc)
+            self._dying = []
+            self._lose()
+            return []
         if not auto_ack:
             self.deliveries.delivered([m.offset for m in delivered])
         return delivered
@@ -540,15 +554,34 @@ class Consumer:
         Producers see free space only up to the head; it never passes an entry
         that is unacked (by any group), so no producer can overwrite one
         unless it appends with ``overwrite_if_full``.
+
+        It runs after a commit that already took effect (an ack, a delivery),
+        so it never raises: the head only lags until the next sync. Raising
+        would tell the caller that the ack failed when it was applied::
+
+            t=0.000  ack(8 messages): the owner write commits them acked.
+            t=0.001  the head sync takes the queue lock; the process is paused.
+            t=1.150  resumed, the lock's commit times out: were this raised,
+                     the caller would count 8 applied acks as failed.
         """
         acked = acked_position(self._cursor, self._inflight)
         if acked <= max(self._queue_head, self._synced) or (
             acked - max(self._queue_head, self._synced) < self._sync_every and not force
         ):
             return
-        head = _groups.move_head(
-            self.queue, f"{self.node_id}:head", lambda grant: self._head_target(grant, acked)
-        )
+        try:
+            head = _groups.move_head(
+                self.queue, f"{self.node_id}:head", lambda grant: self._head_target(grant, acked)
+            )
+        except errors.LargeQueueError as exc:
+            log.warning(
+                "queue %r: %s could not move the head to %d now (the next sync will): %s",
+                self.queue.name,
+                self._who(),
+                acked,
+                exc,
+            )
+            return
         if head is None:
             return
         self._synced = acked

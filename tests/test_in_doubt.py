@@ -128,18 +128,27 @@ def test_call_classification() -> None:
     assert Call("operate", RecordKey("test", "q", "queue-buffer-3")).is_buffer
 
 
-@pytest.mark.parametrize("applied", [True, False])
-def test_owner_writes_of_the_cluster_shim_survive_timeouts(store: Store, applied: bool) -> None:
+def _eight_entries_through_faults(store: Store) -> tuple[FaultInjectingBackend, Queue]:
+    """A queue holding 0..7, and a handle on it whose commands faults can be injected into."""
     queue = store.new_queue(capacity=20, slots_per_record=5)
     queue.enqueue_batch(range(8))
     backend = FaultInjectingBackend(store.backend)
-    shared = Queue.open(backend, queue.name)
+    return backend, Queue.open(backend, queue.name)
+
+
+def _owner_write(call: Call) -> bool:
+    """A write of the cluster shim's owner record."""
+    return call.key.user_key == "queue-owner" and call.method == "operate"
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_owner_writes_of_the_cluster_shim_survive_timeouts(store: Store, applied: bool) -> None:
+    backend, shared = _eight_entries_through_faults(store)
     with shared.consumer("node", time_slice=60, timeout=60, poll_interval=60) as consumer:
-        owner_write = lambda call: call.key.user_key == "queue-owner" and call.method == "operate"  # noqa: E731
-        backend.inject(owner_write, applied=applied)
+        backend.inject(_owner_write, applied=applied)
         messages = consumer.receive(5)
         assert [m.value for m in messages] == [0, 1, 2, 3, 4]
-        backend.inject(owner_write, applied=applied)
+        backend.inject(_owner_write, applied=applied)
         consumer.ack(messages)
         assert [e.value for e in consumer.dequeue(5)] == [5, 6, 7]
         assert backend.injected == 2
@@ -229,13 +238,9 @@ def test_a_batch_read_the_server_does_not_answer_is_a_timeout_not_damage(aerospi
 def test_a_delivery_whose_owner_write_stays_in_doubt_delivers_nothing_and_loses_nothing(
     store: Store, applied: bool
 ) -> None:
-    queue = store.new_queue(capacity=20, slots_per_record=5)
-    queue.enqueue_batch(range(8))
-    backend = FaultInjectingBackend(store.backend)
-    shared = Queue.open(backend, queue.name)
+    backend, shared = _eight_entries_through_faults(store)
     with shared.consumer("node", time_slice=60, timeout=60, poll_interval=0.05) as consumer:
-        owner_write = lambda call: call.key.user_key == "queue-owner" and call.method == "operate"  # noqa: E731
-        backend.inject(owner_write, applied=applied, times=ATTEMPTS)  # every try of the write: unknown
+        backend.inject(_owner_write, applied=applied, times=ATTEMPTS)  # every try of the write: unknown
         assert consumer.receive(5) == []  # nothing handed out: applied or not, it comes again
         assert backend.injected == ATTEMPTS
         received = consumer.receive(8, timeout=10)  # once the node has read its owner record again

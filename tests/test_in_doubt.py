@@ -209,7 +209,10 @@ def test_a_batch_write_the_server_does_not_answer_is_a_timeout_in_doubt(aerospik
     while record is not None and record.bins["n"] == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
         record = backend.get(written)
-    assert record is not None and record.bins["n"] == 1  # the server applied it once it ran again: in doubt
+    # Either outcome is the server's to choose, which is why the timeout is in doubt: it applies
+    # the write once it runs again if it had read the request, or drops it as past its deadline.
+    # Never twice: nothing was sent again.
+    assert record is not None and record.bins["n"] in (0, 1)
     backend.remove(written)
     backend.close()
 

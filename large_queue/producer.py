@@ -219,8 +219,7 @@ class Producer:
         self._taking = threading.Condition(lock)  # futures wait to be taken into a batch
         self._first_at = 0.0  # monotonic time a send found the intake empty: lingering counts from it
         self._alarm: float = _NEVER  # a send that leaves this many entries waiting wakes the producer thread
-        self._room_left = self.max_pending  # max_pending less the entries taken and not yet resolved
-        self._taken = 0  # entries taken from the intake, ever
+        self._taken = 0  # entries taken from the intake, ever (counted before they leave it)
         self._resolved = 0  # of those, whose futures are resolved (in the order sent)
         self._flush_upto = 0  # entries before this one go at once, without lingering
         self._closed = False
@@ -249,7 +248,7 @@ class Producer:
         """
         checked = check_entry(value, self._entry_limit, self._encoding)
         intake = self._intake
-        if self._closed or len(intake) >= self._room_left:
+        if self._closed or len(intake) >= self.max_pending - self._taken + self._resolved:
             self._wait_for_room()
         future = OffsetFuture(self)
         sent_at = time.monotonic()  # read first: a send switched out below can only make it earlier
@@ -263,7 +262,7 @@ class Producer:
     def _wait_for_room(self) -> None:
         """Wait while ``max_pending`` entries are unresolved; raise if closed."""
         with self._lock:
-            while not self._closed and len(self._intake) >= self._room_left:
+            while not self._closed and len(self._intake) >= self.max_pending - self._taken + self._resolved:
                 self._room.wait()
             if self._closed:
                 raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
@@ -347,7 +346,7 @@ class Producer:
 
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
-        self._room_left -= count  # first: a send checking meanwhile sees them as pending either way
+        self._taken += count  # first: a send checking meanwhile sees them as pending either way
         batch = _Batch()
         values = []
         popleft = self._intake.popleft
@@ -359,7 +358,6 @@ class Producer:
             if future._callbacks is not None:
                 batch.callbacks.extend(future._callbacks)
                 future._callbacks = None
-        self._taken += count
         self._taking.notify_all()
         return batch, values
 
@@ -379,7 +377,6 @@ class Producer:
                 log.exception("a callback of %r raised", self)
         with self._lock:
             self._resolved += len(values)
-            self._room_left += len(values)
             self._room.notify_all()
             self._done.notify_all()
 

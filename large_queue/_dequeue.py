@@ -37,9 +37,10 @@ before the lock was taken or just after: only those are taken from a guess.
 
 For the same reason a reserve queue's dequeue reads ahead
 (:mod:`large_queue._read_ahead`): the common read, and a guess, take up to
-16 slots, and the next dequeues take the entries found there with no read
-(a lone consumer's single dequeue: an acquire and a commit, as plain
-commands, where the guess made the acquire a batch command).
+16 slots, and the next dequeues take the entries found there with no read:
+under the lock, an acquire and a commit as plain commands; where nobody took
+the lock since this handle's last commit, one command that moves the head
+without it (:mod:`large_queue._quick_take`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,17 @@ def now(queue: Queue, max_entries: int, txn: str, mine: bool) -> list[Entry]:
 
 
 def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
-    """One locked dequeue of the published prefix (``appends="reserve"``); True: try again."""
+    """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
+
+    Entries this handle read ahead are taken without the lock where nobody took it since this
+    handle's last commit (:mod:`large_queue._quick_take`).
+    """
+    if not mine and (taken := queue.quick_takes.take(queue, max_entries, txn)) is not None:
+        new_head = taken[-1].offset + 1
+        queue.holes.forget(new_head)
+        queue.head_guess.left_at(new_head)
+        dequeued(queue, taken, 0, 0)
+        return taken, False
     guess = queue.head_guess.read(max_entries)
     beside = None if guess is None else guess.read
     with queue.lock.holding(txn, receipt=mine, beside=beside) as grant:
@@ -91,7 +102,8 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
             grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
         )
     queue.holes.forget(settled.end)
-    queue.head_guess.left_at(settled.end if taken else None)  # an empty queue: no guess until entries come
+    queue.head_guess.left_at(settled.end if taken else None)
+    queue.quick_takes.left(grant.token, settled.end)  # an empty queue: no guess until entries come
     dequeued(queue, taken, settled.overwritten, expired)
     return taken, closed or (not taken and settled.end > grant.head)
 
@@ -264,9 +276,7 @@ def read_settled(
     if settled is None:  # a read spanning records
         grant, slots = _read_slots(queue, grant, head, stop)
         settled = queue.prefix.settle(head, stop, slots.__getitem__)
-    if queue.encoding == NATIVE:  # values as stored: no call per entry
-        return grant, entries_of(settled.entries), settled
-    return grant, [queue._entry(*found) for found in settled.entries], settled
+    return grant, queue._entries(settled.entries), settled
 
 
 def _read_slots(queue: Queue, grant: LockGrant, head: int, stop: int) -> tuple[LockGrant, dict[int, Any]]:

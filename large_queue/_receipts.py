@@ -248,7 +248,7 @@ def repeated_dequeue(queue: Queue, receipt: Receipt) -> list[Entry]:
     slots = queue.prefix.slots(offsets.start, offsets.stop)
     if queue.reserved:
         settled = queue.prefix.settle(offsets.start, offsets.stop, slots.__getitem__)
-        entries = [queue._entry(*found) for found in settled.entries]
+        entries = queue._entries(settled.entries)
         present = {entry.offset for entry in entries}
         gone = [
             o for o in offsets[: settled.end - offsets.start] if o not in present and _was_entry(slots[o], o)

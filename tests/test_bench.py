@@ -42,14 +42,13 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     # without the lock: 2 per single enqueue, 1 + the buffer records touched per batch
     assert per_call["enqueue (single), reserve"] == 2
     assert 2 <= per_call["enqueue (batches of 20), reserve"] <= 3
-    # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once,
-    # and single dequeues read 16 slots ahead: elsewhere a read is one more command at every 16th
+    # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once
+    # (elsewhere it is one more command). Single dequeues read 16 slots ahead: the first of each 16
+    # holds the lock, the other 15 are quick takes of one command; of 50, 4 hold it, 46 are quick
     with connect(place.url) as store:
         beside = store.reads_beside
-    if beside:
-        assert per_call["dequeue (single), reserve"] == 2
-    else:
-        assert 2 < per_call["dequeue (single), reserve"] < 2.2
+    locked = 2 if beside else 3
+    assert per_call["dequeue (single), reserve"] == pytest.approx((4 * locked + 46) / 50)
     assert (2 if beside else 3) <= per_call["dequeue (batches of 20), reserve"] <= (3 if beside else 4)
     assert 1 < per_call["owner dequeue (single, no lock), reserve"] < 1.2
     assert [(s.appends, s.delay > 0) for s in report.scaling] == [

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
-from large_queue._records import BUFFER_KEY_PREFIX, FENCE_COUNTER, LOCK_OWNER, METADATA_KEY, NO_OWNER
+from large_queue._records import BUFFER_KEY_PREFIX, FENCE_COUNTER, HEAD, LOCK_OWNER, METADATA_KEY, NO_OWNER
 from large_queue.backends._base import Backend, Increment, Operation, RecordKey, Write
 from large_queue.backends._delegating import Delegating
 
@@ -44,6 +44,15 @@ class Call:
     def is_commit(self) -> bool:
         """A commit or release of the queue lock."""
         return self.key.user_key == METADATA_KEY and Write(LOCK_OWNER, NO_OWNER) in self.operations
+
+    @property
+    def is_quick_take(self) -> bool:
+        """A dequeue's head move without the lock (:mod:`large_queue._quick_take`)."""
+        return (
+            self.key.user_key == METADATA_KEY
+            and any(isinstance(op, Write) and op.bin == HEAD for op in self.operations)
+            and not any(isinstance(op, Write) and op.bin == LOCK_OWNER for op in self.operations)
+        )
 
     @property
     def is_buffer(self) -> bool:

@@ -1,0 +1,129 @@
+"""Quick takes: a lone consumer's dequeue of entries it read ahead, in one command and without the lock.
+
+A dequeue of a reserve queue under the lock is two commands, the acquire
+and the commit, where its slots were read ahead (:mod:`large_queue._read_ahead`)
+or beside the acquire. When nobody else took the lock between one handle's
+dequeues, the acquire would only read back what that handle's own commit
+wrote: the head it left, the lock free. A quick take sends the acquire and the
+commit as one command on the metadata record, which moves the head from
+``h`` to ``h + n`` only if
+
+- the fencing token (epoch, counter) is the one the handle's last commit
+  held. Every acquire increments the counter, so no acquire came since: the
+  lock is free (that commit released it), no holder moved the head, no
+  consumer group was added, no other maintenance ran;
+- the head is still ``h``: an overwriting producer (which moves the head in
+  its reservation, without the lock) has not passed an offset it takes;
+- the record is the queue the handle opened (its incarnation).
+
+It takes the kept slots of ``h .. h + n - 1``: each held its own offset's
+published entry when it was read, and keeps it until the head passes it,
+which the condition rules out. Anything else (the condition not met, nothing
+kept, a caller's txn whose receipt must be written, retention by age, which
+judges entries by the store's clock that the acquire reads) is a dequeue
+under the lock as before, which leaves the state for the next quick take.
+
+The failure story, as a timeline (consumers C and D, an overwriting producer P)::
+
+    t=0  C's locked dequeue holds token (1, 7), takes 40, reads 41..55 ahead
+         and commits head 41, releasing the lock.
+    t=1  C's quick take: token (1, 7) and head 41 hold, so the head moves to
+         42 in one command. C returns 41.
+    t=2  D acquires the lock (the counter becomes 8) and pauses holding it.
+    t=3  C's quick take is refused (counter 8): C dequeues under the lock. It
+         waits out D's TTL, breaks the lock (counter 9), reads head 42 itself
+         and goes on from its new token.
+    t=4  D resumes and commits: refused, its token is stale (fencing, as ever).
+    t=5  P's overwriting reservation moves the head from 43 to 46. C's quick
+         take at 43 is refused (head 46); its locked dequeue reads head 46 and
+         never takes 43..45 from what it kept (their slots are P's now).
+    t=6  C's quick take of 46 times out with no reply: it may have moved the
+         head. C raises ``OutcomeUnknownError`` naming entry 46, as an
+         in-doubt commit does, and forgets its token: its next dequeue reads
+         the head under the lock (47 if the take applied, else 46 again).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from large_queue import _records as rec
+from large_queue import errors
+from large_queue._entries import Entry
+from large_queue.appends._prefix import settle_plain
+from large_queue.backends import Compute, Operation, Write
+from large_queue.backends.conditions import Bound, IntBin, Param, StrBin, all_of, eq, max_of
+from large_queue.fencing import FencingToken
+
+if TYPE_CHECKING:
+    from large_queue.queue import Queue
+
+#: no acquire since the token's commit, and the head where that commit (or a quick take) left it
+_UNTOUCHED = all_of(
+    eq(IntBin(rec.FENCE_EPOCH), Param("epoch")),
+    eq(IntBin(rec.FENCE_COUNTER), Param("counter")),
+    eq(IntBin(rec.HEAD), Param("head")),
+)
+#: ... in the queue as it was opened (queues created before incarnations were kept have none)
+_UNTOUCHED_IN = all_of(*_UNTOUCHED.parts, eq(StrBin(rec.INCARNATION), Param("incarnation")))
+_PUBLISHED_AT_LEAST = max_of(IntBin(rec.PUBLISHED), Param("published"))
+
+
+class QuickTakes:
+    """Where one handle's last dequeue left the head, and under which token (see the module)."""
+
+    def __init__(self) -> None:
+        # one attribute, replaced whole: threads sharing the handle read a consistent pair
+        self._left: tuple[FencingToken, int] | None = None
+
+    def left(self, token: FencingToken, head: int) -> None:
+        """A dequeue holding ``token`` committed ``head`` and released the lock."""
+        self._left = (token, head)
+
+    def forget(self) -> None:
+        """The head is unknown (an outcome in doubt): the next dequeue reads it under the lock."""
+        self._left = None
+
+    def take(self, queue: Queue, max_entries: int, txn_id: str) -> list[Entry] | None:
+        """``max_entries`` entries read ahead, taken in one command; None: dequeue under the lock."""
+        left = self._left
+        if left is None or queue.max_age_ms is not None:
+            return None
+        token, head = left
+        stop = head + max_entries
+        slots = queue.read_ahead.covering(head, stop)
+        settled = None if slots is None else settle_plain(head, slots)
+        if settled is None:
+            return None
+        taken = queue._entries(settled.entries)
+        values: dict[str, int | str] = {"epoch": token.epoch, "counter": token.counter, "head": head}
+        if queue.incarnation is not None:
+            values["incarnation"] = queue.incarnation
+        condition = Bound(_UNTOUCHED if queue.incarnation is None else _UNTOUCHED_IN, values)
+        moves: list[Operation] = [
+            Write(rec.HEAD, stop),
+            Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": stop}),
+        ]
+        queue.counters.add(commands=1)
+        try:
+            queue.backend.operate(queue.keys.metadata, moves, condition=condition)
+        except (errors.ConditionNotMetError, errors.RecordNotFoundError):
+            self._left = None  # someone took the lock, or moved the head: the locked dequeue reads it
+            return None
+        except errors.BackendTimeoutError as exc:
+            self._left = None
+            if not exc.in_doubt:
+                return None
+            queue.counters.add(outcomes_unknown=1)
+            raise errors.OutcomeUnknownError(
+                f"a dequeue from queue {queue.name!r} timed out and may or may not have been applied;"
+                " it was not repeated blindly. Its entries may have left the queue, or may be"
+                " dequeued again.",
+                queue=queue.name,
+                txn_id=txn_id,
+                stage="the quick take",
+                detail=f"token {token}; head {head} -> {stop} ({exc})",
+                entries=taken,
+            ) from exc
+        self._left = (token, stop)
+        return taken

@@ -1,0 +1,131 @@
+"""Quick takes: entries read ahead leave in one command, and only where nobody took the lock since."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from large_queue import OutcomeUnknownError, Queue, _quick_take
+from large_queue._read_ahead import READ_AHEAD
+from large_queue.backends.conditions import IntBin, Param, eq
+from large_queue.backends.faults import FaultInjectingBackend
+from large_queue.errors import GroupsInUseError
+from tests.fix_backends import Store
+
+
+def _values(entries: list) -> list:  # type: ignore[type-arg]
+    return [entry.value for entry in entries]
+
+
+def _read_ahead(store: Store, count: int = 10) -> Queue:
+    """A reserve queue of ``count`` entries whose first was dequeued: the rest are read ahead."""
+    queue = store.new_queue(appends="reserve", capacity=64, slots_per_record=32)
+    queue.enqueue_batch(list(range(count)))
+    assert _values(queue.dequeue_batch(1)) == [0]
+    return queue
+
+
+def _a_holder_dequeues_while_the_lock_is_held(store: Store) -> list[int]:
+    """Another handle takes the lock while this one's next entry is read ahead; both dequeue.
+
+    Returns every offset delivered, in the order delivered.
+    """
+    queue = _read_ahead(store)
+    other = Queue.open(store.backend, queue.name)
+    grant = other.lock.try_acquire("other")  # and pauses, holding it
+    delivered = [entry.offset for entry in queue.quick_takes.take(queue, 1, "mine") or []]
+    other.lock.commit(grant, head=grant.head + 1, published=grant.head + 1)  # delivered its head's entry
+    delivered.append(grant.head)
+    delivered += [entry.offset for entry in queue.dequeue_batch(1)]
+    return delivered
+
+
+def test_a_lone_consumer_takes_what_it_read_ahead_in_one_command_each(store: Store) -> None:
+    queue = _read_ahead(store, count=READ_AHEAD)
+    sent = store.backend.commands
+    assert _values(queue.dequeue_batch(2)) == [1, 2]
+    assert _values([queue.dequeue() for _ in range(READ_AHEAD - 3)]) == list(range(3, READ_AHEAD))
+    assert store.backend.commands - sent == READ_AHEAD - 2
+    assert queue.dequeue() is None
+    info = queue.info()
+    assert (info.head_offset, info.lock_owner) == (READ_AHEAD, None)
+    assert queue.stats().entries_dequeued == READ_AHEAD
+
+
+def test_a_lock_taken_since_refuses_the_quick_take(store: Store) -> None:
+    assert _a_holder_dequeues_while_the_lock_is_held(store) == [1, 2]
+
+
+def test_without_the_token_in_its_guard_a_quick_take_would_deliver_an_entry_twice(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above fails where the guard is weakened to the head alone."""
+    head_only = eq(IntBin("head"), Param("head"))
+    monkeypatch.setattr(_quick_take, "_UNTOUCHED", head_only)
+    monkeypatch.setattr(_quick_take, "_UNTOUCHED_IN", head_only)
+    assert _a_holder_dequeues_while_the_lock_is_held(store)[:2] == [1, 1]
+
+
+def test_a_quick_take_leaves_entries_another_consumer_took_meanwhile(store: Store) -> None:
+    queue = _read_ahead(store, count=20)
+    other = Queue.open(store.backend, queue.name)
+    assert _values(other.dequeue_batch(3)) == [1, 2, 3]
+    assert _values(queue.dequeue_batch(2)) == [4, 5]  # refused quick, then under the lock, from what it kept
+    sent = store.backend.commands
+    assert _values(queue.dequeue_batch(1)) == [6]  # quick again
+    assert store.backend.commands - sent == 1
+
+
+def test_a_quick_take_stops_at_groups_created_since(store: Store) -> None:
+    queue = _read_ahead(store)
+    Queue.open(store.backend, queue.name).create_group("billing")
+    with pytest.raises(GroupsInUseError):
+        queue.dequeue()
+
+
+@pytest.mark.parametrize("how", ["txn_id", "max_age"])
+def test_what_needs_the_lock_dequeues_under_it(store: Store, how: str) -> None:
+    retention = {"max_age": 3600.0} if how == "max_age" else {}
+    queue = store.new_queue(appends="reserve", capacity=64, slots_per_record=32, **retention)
+    queue.enqueue_batch(list(range(5)))
+    options = {"txn_id": "t-0"} if how == "txn_id" else {}
+    assert _values(queue.dequeue_batch(1, **options)) == [0]  # type: ignore[arg-type]
+    sent = store.backend.commands
+    options = {"txn_id": "t-1"} if how == "txn_id" else {}
+    assert _values(queue.dequeue_batch(1, **options)) == [1]  # type: ignore[arg-type]
+    assert store.backend.commands - sent == 2  # an acquire and a commit
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_quick_take_in_doubt_names_its_entries_and_is_never_repeated(store: Store, applied: bool) -> None:
+    queue = _read_ahead(store)
+    backend = FaultInjectingBackend(store.backend)
+    faulty = Queue.open(backend, queue.name)
+    assert _values(faulty.dequeue_batch(1)) == [1]  # under the lock: it reads ahead
+    backend.inject(lambda call: call.is_quick_take, applied=applied)
+    with pytest.raises(OutcomeUnknownError) as raised:
+        faulty.dequeue_batch(2)
+    assert (raised.value.stage, _values(raised.value.entries)) == ("the quick take", [2, 3])
+    assert backend.injected == 1
+    assert faulty.stats().outcomes_unknown == 1
+    # the head is read again under the lock: past them if the take applied, at them if not
+    assert _values(faulty.dequeue_batch(2)) == ([4, 5] if applied else [2, 3])
+
+
+def test_threads_sharing_a_handle_take_each_entry_once(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=400, slots_per_record=50)
+    queue.enqueue_batch(list(range(300)))
+    taken: list[list[int]] = [[] for _ in range(4)]
+
+    def consume(mine: list[int]) -> None:
+        while (entry := queue.dequeue()) is not None:
+            mine.append(entry.value)
+
+    threads = [threading.Thread(target=consume, args=(mine,)) for mine in taken]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(value for mine in taken for value in mine) == list(range(300))
+    assert all(mine == sorted(mine) for mine in taken)  # each thread's in queue order

@@ -38,9 +38,12 @@ The failure story, as a timeline (consumers C and D, an overwriting producer P):
          take at 43 is refused (head 46); its locked dequeue reads head 46 and
          never takes 43..45 from what it kept (their slots are P's now).
     t=6  C's quick take of 46 times out with no reply: it may have moved the
-         head. C raises ``OutcomeUnknownError`` naming entry 46, as an
-         in-doubt commit does, and forgets its token: its next dequeue reads
-         the head under the lock (47 if the take applied, else 46 again).
+         head. C sends it again (:mod:`large_queue._guarded`). Its guard
+         holds only if the head is still 46, so if it applies the first had
+         not, and C returns 46. If the guard fails, the first attempt or
+         another consumer moved the head, which nobody can tell apart: C
+         raises ``OutcomeUnknownError`` naming entry 46, as an in-doubt
+         commit does, and its next dequeue reads the head under the lock.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from typing import TYPE_CHECKING
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import Entry
+from large_queue._guarded import guarded_write
 from large_queue.appends._prefix import settle_plain
 from large_queue.backends import Compute, Operation, Write
 from large_queue.backends.conditions import Bound, IntBin, Param, StrBin, all_of, eq, max_of
@@ -67,6 +71,10 @@ _UNTOUCHED = all_of(
 #: ... in the queue as it was opened (queues created before incarnations were kept have none)
 _UNTOUCHED_IN = all_of(*_UNTOUCHED.parts, eq(StrBin(rec.INCARNATION), Param("incarnation")))
 _PUBLISHED_AT_LEAST = max_of(IntBin(rec.PUBLISHED), Param("published"))
+
+
+class _Refused(errors.LargeQueueError):
+    """The guard did not hold: dequeue under the lock (never reaches the caller)."""
 
 
 class QuickTakes:
@@ -104,26 +112,34 @@ class QuickTakes:
             Write(rec.HEAD, stop),
             Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": stop}),
         ]
-        queue.counters.add(commands=1)
-        try:
-            queue.backend.operate(queue.keys.metadata, moves, condition=condition)
-        except (errors.ConditionNotMetError, errors.RecordNotFoundError):
-            self._left = None  # someone took the lock, or moved the head: the locked dequeue reads it
-            return None
-        except errors.BackendTimeoutError as exc:
-            self._left = None
-            if not exc.in_doubt:
-                return None
+
+        def unknown(cause: errors.BackendTimeoutError) -> errors.OutcomeUnknownError:
             queue.counters.add(outcomes_unknown=1)
-            raise errors.OutcomeUnknownError(
-                f"a dequeue from queue {queue.name!r} timed out and may or may not have been applied;"
-                " it was not repeated blindly. Its entries may have left the queue, or may be"
-                " dequeued again.",
+            return errors.OutcomeUnknownError(
+                f"a dequeue from queue {queue.name!r} timed out and may or may not have been applied:"
+                " tried again, it found the head moved, by that attempt or by another consumer. Its"
+                " entries may have left the queue, or may be dequeued again.",
                 queue=queue.name,
                 txn_id=txn_id,
                 stage="the quick take",
-                detail=f"token {token}; head {head} -> {stop} ({exc})",
+                detail=f"token {token}; head {head} -> {stop} ({cause})",
                 entries=taken,
-            ) from exc
+            )
+
+        self._left = None  # until the head is known again
+        try:
+            guarded_write(
+                queue.backend,
+                queue.keys.metadata,
+                moves,
+                condition,
+                lost=lambda: _Refused("the quick take's guard did not hold"),
+                unknown=unknown,
+                sent=lambda: queue.counters.add(commands=1),
+            )
+        except (_Refused, errors.RecordNotFoundError, errors.BackendTimeoutError):
+            # someone took the lock or moved the head (or the store did not answer, and did not
+            # apply it): the locked dequeue reads the head
+            return None
         self._left = (token, stop)
         return taken

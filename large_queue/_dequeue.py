@@ -52,7 +52,7 @@ from large_queue import _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import NATIVE, Entry, entries_of
 from large_queue._frozen import frozen
-from large_queue._read_ahead import ReadAhead, read_count
+from large_queue._read_ahead import ReadAhead
 from large_queue.appends._prefix import Settled, settle_plain
 from large_queue.backends import Backend, ListGetRange, Operation, ReadBeside
 from large_queue.fencing import same_queue
@@ -198,7 +198,7 @@ class HeadGuess:
         count = min(max_entries, per_record - first)
         if self._ahead.covering(head, head + count) is not None:
             return None
-        count = read_count(head, count, first, per_record, head + per_record)
+        count = self._ahead.next_read(head, count, first, per_record, head + per_record)
         read: list[Operation] = [ListGetRange(rec.SLOTS, first, count)]
         return Guess(head, count, (self.keys.buffer(self.shape.record_of(head)), read, self._guard))
 
@@ -260,7 +260,7 @@ def read_settled(
         got = None  # a slot the guess saw may have changed since: read it under the lock
     read = None  # what the common read found, read ahead
     if settled is None and got is None and head < stop <= head + per_record - first:  # the common read
-        count = read_count(head, stop - head, first, per_record, grant.tail)
+        count = queue.read_ahead.next_read(head, stop - head, first, per_record, grant.tail)
         grant, read = queue._buffer_command(
             grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, count)
         )

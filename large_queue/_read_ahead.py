@@ -37,20 +37,42 @@ from large_queue.appends._prefix import ENTRY
 
 #: slots a reader reads at least from the one it needs, where its buffer record and the tail allow
 READ_AHEAD = 16
+#: ... at most, after it took every entry of each run it read ahead: each such run doubles the next
+#: read (a lone consumer's single dequeues: 16 to 64 slots a read took 1.14 to 1.04 commands a dequeue
+#: on the embedded store, 1.07 to 1.02 on Aerospike, 10-30% more dequeues a second)
+READ_AHEAD_MOST = 128
 
 
 class ReadAhead:
-    """The run of entries one reader read ahead (see the module's timeline)."""
+    """The run of entries one reader read ahead (see the module's timeline).
+
+    A reader that took all it kept reads further ahead the next time (up to
+    :data:`READ_AHEAD_MOST`); one that lost part of a run (another consumer,
+    an overwriting producer) reads :data:`READ_AHEAD` again, so that
+    readers that share a queue do not read slots for nothing.
+    """
 
     def __init__(self) -> None:
         self._start = 0  # the run's first offset
         self._slots: list[Any] = []
+        self._span = READ_AHEAD  # slots the next read takes at least, where the record and tail allow
+        self._used_up = False  # the run's last entry was asked for: the next read may go further
+
+    def next_read(self, start: int, needed: int, slot: int, slots_per_record: int, tail: int) -> int:
+        """How many slots the read about to be sent takes from offset ``start`` (slot index ``slot``
+        of its record): the ``needed`` ones, and up to the reader's span in all where the record and
+        ``tail`` allow. The span doubles where the reader asked for the last entry it kept."""
+        self._span = min(2 * self._span, READ_AHEAD_MOST) if self._used_up else READ_AHEAD
+        self._used_up = False
+        return max(needed, min(self._span, slots_per_record - slot, tail - start))
 
     def covering(self, start: int, stop: int) -> list[Any] | None:
         """The kept slots of offsets ``[start, stop)``, or None where the run does not hold them all."""
         first = start - self._start
         if first < 0 or stop - self._start > len(self._slots) or stop <= start:
             return None
+        if stop - self._start == len(self._slots):
+            self._used_up = True
         return self._slots[first : stop - self._start]
 
     def keep(self, start: int, slots: list[Any], verdicts: Mapping[int, str]) -> None:
@@ -88,10 +110,4 @@ def _published(slots: list[Any], start: int, last: Any) -> bool:
     return type(slot) is list and len(slot) in (3, 4) and slot[0] == last
 
 
-def read_count(start: int, needed: int, slot: int, slots_per_record: int, tail: int) -> int:
-    """How many slots to read from offset ``start`` (slot index ``slot`` of its record): the
-    ``needed`` ones, and up to :data:`READ_AHEAD` in all where the record and ``tail`` allow."""
-    return max(needed, min(READ_AHEAD, slots_per_record - slot, tail - start))
-
-
-__all__ = ["READ_AHEAD", "ReadAhead", "read_count"]
+__all__ = ["READ_AHEAD", "READ_AHEAD_MOST", "ReadAhead"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from large_queue import Queue
-from large_queue._read_ahead import READ_AHEAD, ReadAhead
+from large_queue._read_ahead import READ_AHEAD, READ_AHEAD_MOST, ReadAhead
 from large_queue.appends._prefix import ENTRY
 from tests.fix_backends import Store
 
@@ -71,3 +71,19 @@ def test_a_run_read_ahead_ends_at_the_first_slot_that_is_not_a_plain_entry() -> 
     assert ahead.covering(60, 64) is None
     ahead.keep(60, [[60, "u", 1, 61], [61]], {})  # the batch closed: its last slot a tombstone
     assert ahead.covering(60, 61) is None
+
+
+def test_a_reader_that_took_all_it_kept_reads_further_ahead_and_one_that_lost_some_does_not() -> None:
+    ahead = ReadAhead()
+    start, spans = 0, []
+    for _ in range(5):  # a lone consumer: it takes the first slot read, then every slot kept
+        count = ahead.next_read(start, 1, start % 1000, 1000, 10_000)
+        spans.append(count)
+        ahead.keep(start + 1, [[offset, "x", 1] for offset in range(start + 1, start + count)], {})
+        assert ahead.covering(start + 1, start + count) is not None
+        start += count
+    assert spans == [READ_AHEAD, 2 * READ_AHEAD, 4 * READ_AHEAD, READ_AHEAD_MOST, READ_AHEAD_MOST]
+    assert ahead.next_read(start, 1, 0, 50, 10_000) == 50  # never past its record
+    ahead.keep(start + 1, [[offset, "x", 1] for offset in range(start + 1, start + 50)], {})
+    assert ahead.covering(start + 1, start + 3) is not None  # another consumer takes the rest
+    assert ahead.next_read(start + 60, 1, 10, 1000, 10_000) == READ_AHEAD

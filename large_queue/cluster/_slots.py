@@ -21,7 +21,7 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue._read_ahead import ReadAhead, read_count
+from large_queue._read_ahead import ReadAhead
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.queue import Queue
 
@@ -56,7 +56,7 @@ def read_slots(
 
     Fresh offsets of one buffer record below ``seen_tail`` come from what an
     earlier read kept in ``ahead``, with no command, where it holds them all;
-    otherwise that read goes further (:func:`large_queue._read_ahead.read_count`) and keeps them.
+    otherwise that read goes further (:meth:`large_queue._read_ahead.ReadAhead.next_read`) and keeps them.
     """
     shape = queue.shape
     if not again and fresh and fresh[-1] < seen_tail:
@@ -67,7 +67,7 @@ def read_slots(
             kept = ahead.covering(first, last + 1)
             if kept is not None:
                 return SlotsRead(shape, {record: (first_slot, last_slot)}, {record: kept}, None)
-            count = read_count(first, last - first + 1, first_slot, shape.slots_per_record, seen_tail)
+            count = ahead.next_read(first, last - first + 1, first_slot, shape.slots_per_record, seen_tail)
             read = _read_one_record(queue, record, first_slot, first_slot + count - 1)
             got = read.slots_of(record)  # a list, or None where the record is missing
             past = got[last - first + 1 :] if type(got) is list else []  # past the offsets wanted now

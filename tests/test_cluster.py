@@ -281,10 +281,12 @@ def test_an_owner_reads_ahead_and_then_delivers_with_one_command_each(place: Pla
         before = backend.commands
         taken = [e.value for _ in range(2 * READ_AHEAD) for e in consumer.dequeue(1)]
         assert taken == list(range(1, 2 * READ_AHEAD + 1))
-        # offsets 1..16 read at the first of them, 17..32 at the 17th: a commit each besides
+        # offsets 1..16 read at the first of them, and at the 17th (it took all it kept) twice as
+        # many, 17..48: a commit each besides
         assert backend.commands - before == 2 + 2 * READ_AHEAD
         messages = consumer.receive(3)
-        assert backend.commands - before == 2 + 2 * READ_AHEAD + 2  # the next run read, a commit
+        assert [m.value for m in messages] == [33, 34, 35]
+        assert backend.commands - before == 2 + 2 * READ_AHEAD + 1  # read ahead too: a commit
         consumer.ack(messages)
 
 

@@ -102,8 +102,8 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
             grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
         )
     queue.holes.forget(settled.end)
-    queue.head_guess.left_at(settled.end if taken else None)
-    queue.quick_takes.left(grant.token, settled.end)  # an empty queue: no guess until entries come
+    queue.head_guess.left_at(settled.end if taken else None)  # an empty queue: no guess until entries come
+    queue.quick_takes.left(grant.token, settled.end, full=len(taken) == max_entries)
     dequeued(queue, taken, settled.overwritten, expired)
     return taken, closed or (not taken and settled.end > grant.head)
 

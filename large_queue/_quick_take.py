@@ -18,10 +18,16 @@ commit as one command on the metadata record, which moves the head from
 
 It takes the kept slots of ``h .. h + n - 1``: each held its own offset's
 published entry when it was read, and keeps it until the head passes it,
-which the condition rules out. Anything else (the condition not met, nothing
-kept, a caller's txn whose receipt must be written, retention by age, which
-judges entries by the store's clock that the acquire reads) is a dequeue
-under the lock as before, which leaves the state for the next quick take.
+which the condition rules out. A handle whose last dequeue took all it asked
+for (it is behind the producers, so entries are likely there) and that kept
+too few reads first, without the lock: the slots from ``h`` on, and up to two
+buffer records past what it asks for, in one command (a batch read), which
+it keeps; then it takes. Read before the take, such a slot still holds its
+entry at the take, for the same reason. Anything else (the condition not met,
+too few entries found, a caller's txn whose receipt must be written,
+retention by age, which judges entries by the store's clock that the acquire
+reads) is a dequeue under the lock as before, which judges holes and leaves
+the state for the next quick take.
 
 The failure story, as a timeline (consumers C and D, an overwriting producer P)::
 
@@ -48,14 +54,15 @@ The failure story, as a timeline (consumers C and D, an overwriting producer P):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import Entry
 from large_queue._guarded import guarded_write
 from large_queue.appends._prefix import settle_plain
-from large_queue.backends import Compute, Operation, Write
+from large_queue.backends import Compute, ListGetRange, Operation, RecordKey, Write
 from large_queue.backends.conditions import Bound, IntBin, Param, StrBin, all_of, eq, max_of
 from large_queue.fencing import FencingToken
 
@@ -64,6 +71,7 @@ if TYPE_CHECKING:
 
 #: no acquire since the token's commit, and the head where that commit (or a quick take) left it
 _UNTOUCHED = all_of(
+    eq(StrBin(rec.LOCK_OWNER), rec.NO_OWNER),  # implied by the token, and checked all the same
     eq(IntBin(rec.FENCE_EPOCH), Param("epoch")),
     eq(IntBin(rec.FENCE_COUNTER), Param("counter")),
     eq(IntBin(rec.HEAD), Param("head")),
@@ -81,26 +89,28 @@ class QuickTakes:
     """Where one handle's last dequeue left the head, and under which token (see the module)."""
 
     def __init__(self) -> None:
-        # one attribute, replaced whole: threads sharing the handle read a consistent pair
-        self._left: tuple[FencingToken, int] | None = None
+        # one attribute, replaced whole: threads sharing the handle read a consistent state
+        self._left: tuple[FencingToken, int, bool] | None = None
 
-    def left(self, token: FencingToken, head: int) -> None:
-        """A dequeue holding ``token`` committed ``head`` and released the lock."""
-        self._left = (token, head)
+    def left(self, token: FencingToken, head: int, *, full: bool) -> None:
+        """A dequeue holding ``token`` committed ``head`` and released the lock.
 
-    def forget(self) -> None:
-        """The head is unknown (an outcome in doubt): the next dequeue reads it under the lock."""
-        self._left = None
+        ``full``: it took all the entries it was asked for (more are likely there).
+        """
+        self._left = (token, head, full)
 
     def take(self, queue: Queue, max_entries: int, txn_id: str) -> list[Entry] | None:
         """``max_entries`` entries read ahead, taken in one command; None: dequeue under the lock."""
         left = self._left
         if left is None or queue.max_age_ms is not None:
             return None
-        token, head = left
+        token, head, full = left
         stop = head + max_entries
         slots = queue.read_ahead.covering(head, stop)
-        settled = None if slots is None else settle_plain(head, slots)
+        if slots is None and full:  # behind the producers: read ahead, then take
+            slots = _read_ahead_from(queue, head, stop)
+        # all of them, or none: another thread of this handle may have replaced the run meanwhile
+        settled = settle_plain(head, slots) if slots is not None and len(slots) == max_entries else None
         if settled is None:
             return None
         taken = queue._entries(settled.entries)
@@ -141,5 +151,46 @@ class QuickTakes:
             # someone took the lock or moved the head (or the store did not answer, and did not
             # apply it): the locked dequeue reads the head
             return None
-        self._left = (token, stop)
+        self._left = (token, stop, True)
         return taken
+
+
+def _read_ahead_from(queue: Queue, head: int, stop: int) -> list[Any] | None:
+    """Read the slots from ``head`` on, past ``stop``, without the lock; the kept slots of ``[head, stop)``.
+
+    One command (a batch read where they lie in several buffer records). A
+    slot that holds its own offset's published entry keeps it until the
+    head passes it, and the take that follows moves the head only from
+    ``head``: whatever this read keeps holds at that take, read just before
+    it. None where the read did not find every offset of ``[head, stop)``
+    published (then the dequeue holds the lock, which judges holes).
+    """
+    shape = queue.shape
+    # never round into the first record again, nor read more than two records past what is asked for
+    room = min(queue.capacity - shape.slot_of(head), stop - head + 2 * shape.slots_per_record)
+    end = head + queue.read_ahead.further(stop - head, room)
+    reads: list[tuple[RecordKey, Sequence[Operation] | None]] = [
+        (queue.keys.buffer(record), [ListGetRange(rec.SLOTS, shape.slot_of(run.start), len(run))])
+        for record, (run,) in shape.runs(head, end).items()
+    ]
+    queue.counters.add(commands=1)
+    try:
+        found = queue.backend.batch_read(reads) if len(reads) > 1 else [_read(queue, *reads[0])]
+    except errors.BackendError:  # a read that failed: the dequeue under the lock reads again
+        return None
+    slots: list[Any] = []
+    for bins in found:
+        part = None if bins is None else bins.get(rec.SLOTS)
+        if type(part) is not list:
+            break
+        slots += part
+    queue.read_ahead.keep(head, slots, queue.prefix.verdicts)
+    return queue.read_ahead.covering(head, stop)
+
+
+def _read(queue: Queue, key: RecordKey, operations: Sequence[Operation] | None) -> dict[str, Any] | None:
+    """One record's reads; None where it is missing (as a batch read says)."""
+    try:
+        return queue.backend.operate(key, operations or [])
+    except errors.RecordNotFoundError:
+        return None

@@ -31,49 +31,66 @@ queue whose producers take the lock) is never kept.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from large_queue.appends._prefix import ENTRY
 
 #: slots a reader reads at least from the one it needs, where its buffer record and the tail allow
 READ_AHEAD = 16
-#: ... at most, after it took every entry of each run it read ahead: each such run doubles the next
-#: read (a lone consumer's single dequeues: 16 to 64 slots a read took 1.14 to 1.04 commands a dequeue
-#: on the embedded store, 1.07 to 1.02 on Aerospike, 10-30% more dequeues a second)
+#: ... at most, after it took every entry of runs that only the read's size ended: each such run
+#: doubles the next read (a lone consumer's single dequeues: 16 to 64 slots a read took 1.14 to 1.04
+#: commands a dequeue on the embedded store, 1.07 to 1.02 on Aerospike, 10-30% more dequeues a second)
 READ_AHEAD_MOST = 128
+
+
+class _Run(NamedTuple):
+    """Entries kept from one read: replaced whole, so that threads sharing a reader see one run."""
+
+    start: int  # the first one's offset
+    slots: list[Any]
+    cut: bool  # every slot the read found past what was taken was an entry: there may be more
 
 
 class ReadAhead:
     """The run of entries one reader read ahead (see the module's timeline).
 
-    A reader that took all it kept reads further ahead the next time (up to
-    :data:`READ_AHEAD_MOST`); one that lost part of a run (another consumer,
-    an overwriting producer) reads :data:`READ_AHEAD` again, so that
-    readers that share a queue do not read slots for nothing.
+    A reader that took every entry of a run that only the read's size ended
+    (it is behind the producers) reads further ahead the next time, up to
+    :data:`READ_AHEAD_MOST`; one whose run ended at a slot that was no entry
+    (it caught up with the producers, or met a hole) reads :data:`READ_AHEAD`
+    again, so that it does not read empty slots for nothing.
     """
 
     def __init__(self) -> None:
-        self._start = 0  # the run's first offset
-        self._slots: list[Any] = []
+        self._run = _Run(0, [], False)
         self._span = READ_AHEAD  # slots the next read takes at least, where the record and tail allow
-        self._used_up = False  # the run's last entry was asked for: the next read may go further
+        self._used_up = False  # every entry of a cut run was asked for: the next read may go further
 
     def next_read(self, start: int, needed: int, slot: int, slots_per_record: int, tail: int) -> int:
         """How many slots the read about to be sent takes from offset ``start`` (slot index ``slot``
         of its record): the ``needed`` ones, and up to the reader's span in all where the record and
-        ``tail`` allow. The span doubles where the reader asked for the last entry it kept."""
+        ``tail`` allow."""
+        return max(needed, min(self._next_span(), slots_per_record - slot, tail - start))
+
+    def further(self, needed: int, room: int) -> int:
+        """How many slots a read across records takes: the ``needed`` ones and the reader's span
+        past them, at most ``room``."""
+        return min(room, needed + self._next_span())
+
+    def _next_span(self) -> int:
         self._span = min(2 * self._span, READ_AHEAD_MOST) if self._used_up else READ_AHEAD
         self._used_up = False
-        return max(needed, min(self._span, slots_per_record - slot, tail - start))
+        return self._span
 
     def covering(self, start: int, stop: int) -> list[Any] | None:
         """The kept slots of offsets ``[start, stop)``, or None where the run does not hold them all."""
-        first = start - self._start
-        if first < 0 or stop - self._start > len(self._slots) or stop <= start:
+        run = self._run
+        first, last = start - run.start, stop - run.start
+        if first < 0 or stop <= start or first > len(run.slots):
             return None
-        if stop - self._start == len(self._slots):
+        if last >= len(run.slots) and run.cut:  # all of it asked for: the next read goes further
             self._used_up = True
-        return self._slots[first : stop - self._start]
+        return run.slots[first:last] if last <= len(run.slots) else None
 
     def keep(self, start: int, slots: list[Any], verdicts: Mapping[int, str]) -> None:
         """Keep the leading run of ``slots`` (read from offset ``start`` on) that are entries.
@@ -93,12 +110,11 @@ class ReadAhead:
                 kept.append(slot[:3])
             else:
                 break
-        self._start = start
-        self._slots = kept
+        self._run = _Run(start, kept, cut=len(kept) == len(slots))
 
     def clear(self) -> None:
         """Forget the run."""
-        self._slots = []
+        self._run = _Run(0, [], False)
 
 
 def _published(slots: list[Any], start: int, last: Any) -> bool:

@@ -101,7 +101,8 @@ class Queue:
 
     ``store`` is anything :func:`large_queue.connect` accepts. Instances are
     cheap and safe to share between threads; every operation reads the
-    current head and tail from the store.
+    current head and tail from the store, or (a dequeue of entries read
+    ahead) is refused by it where they are no longer what this handle left.
     """
 
     def __init__(

@@ -43,13 +43,11 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
     assert per_call["enqueue (single), reserve"] == 2
     assert 2 <= per_call["enqueue (batches of 20), reserve"] <= 3
     # a dequeue's read of the head goes beside the lock's acquire where the store sends both at once
-    # (elsewhere it is one more command). Single dequeues read ahead, 16 slots, then twice as many
-    # each time the reader took all it kept: the dequeue that reads holds the lock, the others are
-    # quick takes of one command. Of 50, 3 read (16, 32, then the 2 left) and 47 are quick
+    # (elsewhere it is one more command). Single dequeues read ahead, and the others take what was
+    # read in one command each (quick takes); a read is 2 or 3 commands, one in 16 or fewer
     with connect(place.url) as store:
         beside = store.reads_beside
-    locked = 2 if beside else 3
-    assert per_call["dequeue (single), reserve"] == pytest.approx((3 * locked + 47) / 50)
+    assert 1 < per_call["dequeue (single), reserve"] < 1.2
     # batches of 20 hold the lock (a record read beside the acquire or after it) until the reader
     # reads further ahead than 20; then they are quick takes too
     assert 1 < per_call["dequeue (batches of 20), reserve"] <= (3 if beside else 4)

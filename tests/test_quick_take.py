@@ -131,3 +131,51 @@ def test_threads_sharing_a_handle_take_each_entry_once(store: Store) -> None:
         thread.join()
     assert sorted(value for mine in taken for value in mine) == list(range(300))
     assert all(mine == sorted(mine) for mine in taken)  # each thread's in queue order
+
+
+def test_a_consumer_behind_the_producers_reads_ahead_across_records_and_takes_without_the_lock(
+    store: Store,
+) -> None:
+    queue = store.new_queue(appends="reserve", capacity=400, slots_per_record=10)
+    queue.enqueue_batch(list(range(300)))
+    assert _values(queue.dequeue_batch(20)) == list(range(20))  # under the lock
+    sent = store.backend.commands
+    taken = [value for _ in range(14) for value in _values(queue.dequeue_batch(20))]
+    assert taken == list(range(20, 300))
+    # each read takes the 20 asked for and up to two records past them (one command, a batch
+    # read), and the takes that follow need no read: well under the two commands a take needs
+    # when it reads first, the locked dequeue's two or three
+    assert store.backend.commands - sent <= 14 * 1.6
+    assert queue.dequeue_batch(20) == []
+    assert queue.info().head_offset == 300
+
+
+def test_a_read_ahead_that_finds_fewer_entries_than_asked_for_leaves_them_to_the_lock(store: Store) -> None:
+    """A batch dequeue returns every published entry of its window: the locked one judges the rest."""
+    queue = store.new_queue(appends="reserve", capacity=400, slots_per_record=10, hole_timeout=60.0)
+    queue.enqueue_batch(list(range(40)))
+    assert _values(queue.dequeue_batch(20)) == list(range(20))
+    queue.enqueue_batch(list(range(40, 45)))
+    hole = queue.appender.reserve(1, overwrite=False)  # offset 45: reserved, not published
+    queue.enqueue_batch([46, 47])
+    assert _values(queue.dequeue_batch(30)) == list(range(20, 45))  # up to the hole, not fewer
+    assert queue.dequeue_batch(30) == []
+    queue.appender.publish(hole, [45], 0)
+    assert _values(queue.dequeue_batch(30)) == [45, 46, 47]
+
+
+def test_a_quick_take_takes_all_it_asked_for_or_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread of the handle may replace what it read ahead meanwhile: a shorter run takes nothing.
+
+    (A lock holder of the same handle whose lock was broken while it paused keeps what it read
+    after another thread took the lock, committed and left its token for quick takes.)
+    """
+    queue = _read_ahead(store)
+    covering = queue.read_ahead.covering
+    monkeypatch.setattr(queue.read_ahead, "covering", lambda start, stop: (covering(start, stop) or [])[:1])
+    assert queue.quick_takes.take(queue, 5, "t-1") is None
+    assert queue.info().head_offset == 1
+    monkeypatch.undo()
+    assert _values(queue.dequeue_batch(5)) == [1, 2, 3, 4, 5]

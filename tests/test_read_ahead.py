@@ -21,11 +21,12 @@ def test_single_dequeues_after_a_read_ahead_send_no_read(store: Store) -> None:
     assert queue.head_guess.read(1) is None  # kept: no read goes beside the next acquire either
     taken += [entry.value for _ in range(2 * READ_AHEAD - 1) if (entry := queue.dequeue())]
     assert taken == list(range(2 * READ_AHEAD))
-    # the first dequeue of each run read ahead holds the lock: an acquire and a commit (and a read,
-    # where none goes in the acquire's round trip); the others of the run are quick takes, one
-    # command each (large_queue._quick_take)
-    reads = 0 if backend.reads_beside else 2
-    assert backend.commands - sent == 2 * (2 + READ_AHEAD - 1) + reads
+    # the first dequeue holds the lock: an acquire and a commit (and a read, where none goes in the
+    # acquire's round trip); the next 15 take what it read ahead, one command each (quick takes:
+    # large_queue._quick_take); the 17th, behind the producers, reads further ahead without the
+    # lock and takes (2 commands); the rest are quick takes again
+    locked = 2 if backend.reads_beside else 3
+    assert backend.commands - sent == locked + (READ_AHEAD - 1) + 2 + (READ_AHEAD - 1)
     queue.enqueue("next")  # nothing kept for it: it is read
     assert _values([queue.dequeue()]) == ["next"]
 
@@ -87,3 +88,13 @@ def test_a_reader_that_took_all_it_kept_reads_further_ahead_and_one_that_lost_so
     ahead.keep(start + 1, [[offset, "x", 1] for offset in range(start + 1, start + 50)], {})
     assert ahead.covering(start + 1, start + 3) is not None  # another consumer takes the rest
     assert ahead.next_read(start + 60, 1, 10, 1000, 10_000) == READ_AHEAD
+
+
+def test_a_reader_that_caught_up_with_the_producers_reads_no_further() -> None:
+    ahead = ReadAhead()
+    ahead.keep(0, [[offset, "x", 1] for offset in range(16)], {})
+    assert ahead.covering(0, 16) is not None  # all of a run that only the read's size ended
+    assert ahead.next_read(16, 1, 16, 1000, 10_000) == 2 * READ_AHEAD
+    ahead.keep(16, [[16, "x", 1], [17 - 1000, "an older lap's", 1]], {})
+    assert ahead.covering(16, 17) is not None  # all of a run that a slot of no entry ended
+    assert ahead.next_read(17, 1, 17, 1000, 10_000) == READ_AHEAD

@@ -103,7 +103,9 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
         )
     queue.holes.forget(settled.end)
     queue.head_guess.left_at(settled.end if taken else None)  # an empty queue: no guess until entries come
-    queue.quick_takes.left(grant.token, settled.end, full=len(taken) == max_entries)
+    queue.quick_takes.left(
+        grant.token, settled.end, full=len(taken) == max_entries, alone=queue.quick_takes.alone(grant.token)
+    )
     dequeued(queue, taken, settled.overwritten, expired)
     return taken, closed or (not taken and settled.end > grant.head)
 

@@ -13,6 +13,7 @@ unknown, never guessed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from large_queue import errors
 from large_queue.backends import Backend, Operation, RecordKey
@@ -31,8 +32,8 @@ def guarded_write(
     lost: Callable[[], errors.LargeQueueError],
     unknown: Callable[[errors.BackendTimeoutError], errors.LargeQueueError],
     sent: Callable[[], None] = lambda: None,
-) -> None:
-    """Apply ``operations`` while ``guard`` holds.
+) -> dict[str, Any]:
+    """Apply ``operations`` while ``guard`` holds; what their reads returned.
 
     Raises ``lost()`` if the guard does not hold and ``unknown()`` if nobody
     can tell; calls ``sent()`` for every attempt (a command sent).
@@ -41,8 +42,7 @@ def guarded_write(
     for attempt in range(1, ATTEMPTS + 1):
         sent()
         try:
-            backend.operate(key, operations, condition=guard)
-            return
+            return backend.operate(key, operations, condition=guard)
         except errors.BackendTimeoutError as exc:
             if exc.in_doubt:
                 in_doubt = exc
@@ -54,3 +54,4 @@ def guarded_write(
             if in_doubt is not None:
                 raise unknown(in_doubt) from in_doubt
             raise lost() from None
+    raise AssertionError("ATTEMPTS must be positive")

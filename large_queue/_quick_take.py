@@ -27,7 +27,9 @@ entry at the take, for the same reason. Anything else (the condition not met,
 too few entries found, a caller's txn whose receipt must be written,
 retention by age, which judges entries by the store's clock that the acquire
 reads) is a dequeue under the lock as before, which judges holes and leaves
-the state for the next quick take.
+the state for the next quick take: only where its acquire was the first
+since the handle's last one, since consumers that take turns with the lock
+would have every quick take refused (a command for nothing).
 
 The failure story, as a timeline (consumers C and D, an overwriting producer P)::
 
@@ -62,7 +64,7 @@ from large_queue import errors
 from large_queue._entries import Entry
 from large_queue._guarded import guarded_write
 from large_queue.appends._prefix import settle_plain
-from large_queue.backends import Compute, ListGetRange, Operation, RecordKey, Write
+from large_queue.backends import Compute, ListGetRange, Operation, Read, RecordKey, Write
 from large_queue.backends.conditions import Bound, IntBin, Param, StrBin, all_of, eq, max_of
 from large_queue.fencing import FencingToken
 
@@ -91,13 +93,26 @@ class QuickTakes:
     def __init__(self) -> None:
         # one attribute, replaced whole: threads sharing the handle read a consistent state
         self._left: tuple[FencingToken, int, bool] | None = None
+        self._last_token: FencingToken | None = None  # of this handle's last locked dequeue
 
-    def left(self, token: FencingToken, head: int, *, full: bool) -> None:
+    def alone(self, token: FencingToken) -> bool:
+        """Whether the acquire that got ``token`` was the first since this handle's last one.
+
+        Consumers that take turns with the lock would have their quick takes
+        refused (one wasted command each): a handle quick-takes only after an
+        acquire that nobody else's came between (or its first).
+        """
+        last = self._last_token
+        return last is None or (last.epoch == token.epoch and last.counter + 1 == token.counter)
+
+    def left(self, token: FencingToken, head: int, *, full: bool, alone: bool) -> None:
         """A dequeue holding ``token`` committed ``head`` and released the lock.
 
-        ``full``: it took all the entries it was asked for (more are likely there).
+        ``full``: it took all the entries it was asked for (more are likely
+        there). ``alone``: see :meth:`alone`; if not, no quick take follows.
         """
-        self._left = (token, head, full)
+        self._last_token = token
+        self._left = (token, head, full) if alone else None
 
     def take(self, queue: Queue, max_entries: int, txn_id: str) -> list[Entry] | None:
         """``max_entries`` entries read ahead, taken in one command; None: dequeue under the lock."""
@@ -107,7 +122,7 @@ class QuickTakes:
         token, head, full = left
         stop = head + max_entries
         slots = queue.read_ahead.covering(head, stop)
-        if slots is None and full:  # behind the producers: read ahead, then take
+        if slots is None and full and stop - head <= _room(queue, head):  # behind: read ahead, then take
             slots = _read_ahead_from(queue, head, stop)
         # all of them, or none: another thread of this handle may have replaced the run meanwhile
         settled = settle_plain(head, slots) if slots is not None and len(slots) == max_entries else None
@@ -121,6 +136,7 @@ class QuickTakes:
         moves: list[Operation] = [
             Write(rec.HEAD, stop),
             Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": stop}),
+            Read(rec.TAIL),
         ]
 
         def unknown(cause: errors.BackendTimeoutError) -> errors.OutcomeUnknownError:
@@ -138,7 +154,7 @@ class QuickTakes:
 
         self._left = None  # until the head is known again
         try:
-            guarded_write(
+            state = guarded_write(
                 queue.backend,
                 queue.keys.metadata,
                 moves,
@@ -152,6 +168,7 @@ class QuickTakes:
             # apply it): the locked dequeue reads the head
             return None
         self._left = (token, stop, True)
+        queue.counters.add(size=state[rec.TAIL] - head)  # the backlog it saw, as an acquire sees it
         return taken
 
 
@@ -166,8 +183,7 @@ def _read_ahead_from(queue: Queue, head: int, stop: int) -> list[Any] | None:
     published (then the dequeue holds the lock, which judges holes).
     """
     shape = queue.shape
-    # never round into the first record again, nor read more than two records past what is asked for
-    room = min(queue.capacity - shape.slot_of(head), stop - head + 2 * shape.slots_per_record)
+    room = min(_room(queue, head), stop - head + 2 * shape.slots_per_record)  # two records past, at most
     end = head + queue.read_ahead.further(stop - head, room)
     reads: list[tuple[RecordKey, Sequence[Operation] | None]] = [
         (queue.keys.buffer(record), [ListGetRange(rec.SLOTS, shape.slot_of(run.start), len(run))])
@@ -186,6 +202,11 @@ def _read_ahead_from(queue: Queue, head: int, stop: int) -> list[Any] | None:
         slots += part
     queue.read_ahead.keep(head, slots, queue.prefix.verdicts)
     return queue.read_ahead.covering(head, stop)
+
+
+def _room(queue: Queue, head: int) -> int:
+    """The slots one read from ``head`` may take: never round into its first record again."""
+    return queue.capacity - queue.shape.slot_of(head)
 
 
 def _read(queue: Queue, key: RecordKey, operations: Sequence[Operation] | None) -> dict[str, Any] | None:

@@ -97,8 +97,11 @@ class ReadAhead:
 
         A part of a batch that spans records is an entry once the batch's
         last slot is published: it is kept (as a plain entry) where that slot
-        is among ``slots``, read at the same moment, or where the reader's
-        ``verdicts`` (:func:`large_queue.appends._prefix.settle`'s, final) say so.
+        is among ``slots``, or where the reader's ``verdicts``
+        (:func:`large_queue.appends._prefix.settle`'s, final) say so. The
+        ``slots`` of several records need not be read at one moment: a batch's
+        last slot is published only after all its other parts, so a last slot
+        seen published shows them published, whichever record was read first.
         """
         kept: list[Any] = []
         for offset, slot in enumerate(slots, start):

@@ -34,7 +34,8 @@ class QueueStats:
     holes_closed: int = 0  #: unpublished reservations this handle closed after the hole timeout
     reservations_closed: int = 0  #: appends refused because a reader had closed their reservation
     repeats_answered: int = 0  #: calls whose txn id had a receipt: answered from it, nothing done twice
-    size: int = 0  #: entries in the queue when this handle last held its lock (its backlog, as seen)
+    #: entries in the queue when this handle last took the lock, or took entries it read ahead (its backlog)
+    size: int = 0
 
 
 class Counters:

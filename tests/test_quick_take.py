@@ -72,9 +72,13 @@ def test_a_quick_take_leaves_entries_another_consumer_took_meanwhile(store: Stor
     other = Queue.open(store.backend, queue.name)
     assert _values(other.dequeue_batch(3)) == [1, 2, 3]
     assert _values(queue.dequeue_batch(2)) == [4, 5]  # refused quick, then under the lock, from what it kept
+    # another acquire came between its own two: it takes turns with another consumer, whose
+    # acquires would refuse its quick takes, so the next dequeue holds the lock too
     sent = store.backend.commands
-    assert _values(queue.dequeue_batch(1)) == [6]  # quick again
-    assert store.backend.commands - sent == 1
+    assert _values(queue.dequeue_batch(1)) == [6]
+    assert store.backend.commands - sent == 2
+    assert _values(queue.dequeue_batch(1)) == [7]  # its acquire followed its own: quick again
+    assert store.backend.commands - sent == 2 + 1
 
 
 def test_a_quick_take_stops_at_groups_created_since(store: Store) -> None:
@@ -179,3 +183,17 @@ def test_a_quick_take_takes_all_it_asked_for_or_nothing(
     assert queue.info().head_offset == 1
     monkeypatch.undo()
     assert _values(queue.dequeue_batch(5)) == [1, 2, 3, 4, 5]
+
+
+def test_consumers_that_take_turns_send_no_quick_takes_to_be_refused(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=200, slots_per_record=50)
+    queue.enqueue_batch(list(range(100)))
+    backend = FaultInjectingBackend(store.backend)
+    first, second = Queue.open(backend, queue.name), Queue.open(backend, queue.name)
+    taken = [
+        value for _ in range(10) for handle in (first, second) for value in _values(handle.dequeue_batch(5))
+    ]
+    assert taken == list(range(100))
+    # each handle's first quick take is refused (the other acquired meanwhile); after that each sees
+    # that another acquire came between its own, and dequeues under the lock
+    assert sum(call.is_quick_take for call in backend.calls) <= 2

@@ -37,6 +37,7 @@ except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
     fcntl = None  # type: ignore[assignment]
 
 from large_queue import errors
+from large_queue._msgpack import pack, unpack
 from large_queue.backends._base import (
     MAX_BIN_NAME_BYTES,
     READ_OPERATIONS,
@@ -94,49 +95,16 @@ def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
     return cls(message, code=_CODE.get(cls, -1), in_doubt=False)
 
 
-_ENCODER = msgspec.msgpack.Encoder(order="sorted")  # str keys sorted, as Aerospike orders them
-_UNSORTED_ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder()
-# Aerospike's order of map keys of different types
-_KEY_TYPE_RANK = {int: 0, str: 1, bytes: 2}
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
 _KEYS_PER_SELECT = 500
 # records remembered as refusing this process's guarded writes (forgotten all at once past this)
 _MOST_REFUSED = 1024
 
 
-def _pack(bins: dict[str, Any]) -> bytes:
-    try:
-        return _ENCODER.encode(bins)
-    except TypeError:  # a map with int or bytes keys: msgspec sorts str keys only
-        return _UNSORTED_ENCODER.encode(_key_ordered(bins))
-
-
-def _key_ordered(value: Any) -> Any:
-    """``value`` with every dict's keys in Aerospike's order.
-
-    Keys of one type (a map of offsets, say) sort as they are; only values
-    that are lists or dicts are looked into.
-    """
-    if type(value) is dict:
-        kinds = {type(key) for key in value}
-        if len(kinds) == 1:
-            keys = sorted(value)
-        else:
-            keys = sorted(value, key=lambda key: (_KEY_TYPE_RANK.get(type(key), 3), key))
-        return {key: _key_ordered(item) if type(item := value[key]) in _NESTED else item for key in keys}
-    if type(value) is list:
-        return [_key_ordered(item) if type(item) in _NESTED else item for item in value]
-    return value
-
-
-_NESTED = (dict, list)
-
-
 def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
     """The bins stored for the record ``where`` (namespace, set, key)."""
     try:
-        result = _DECODER.decode(blob)
+        result = unpack(blob)
     except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
         problem = f"damaged data that cannot be read: {exc}"
     else:
@@ -314,7 +282,7 @@ class EmbeddedBackend(Backend):
         buffer record took 37-46 us that way here, 31 us in place, 16 us in
         place where one slot's page changed; a row growing, 37-39 us and 41 us.
         """
-        blob = _pack(bins)
+        blob = pack(bins)
         if len(blob) > self.record_size_limit:
             raise _fail(
                 errors.RecordTooLargeError,

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from large_queue import errors
+from large_queue._entries import NATIVE
 from large_queue._records import LOCKED_APPENDS
 from large_queue.errors import LargeQueueError, QueueError
 from large_queue.queue import Entry, Queue
@@ -76,6 +77,7 @@ class LargeQueue:
                 capacity=max_size,
                 slots_per_record=slots_per_rec,
                 appends=LOCKED_APPENDS,
+                encoding=NATIVE,  # the reference's records: entries as the store's own values
             )
 
     def initialize_existing_queue(self, client: Any, namespace: str, q_name: str) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import ENCODINGS, NATIVE, bytes_as_json
+from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json
 from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS
 from large_queue.backends import connect
 from large_queue.queue import DEFAULT_APPENDS, Entry, Queue
@@ -213,8 +213,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--encoding",
         choices=ENCODINGS,
-        default=NATIVE,
-        help="how entries are stored: native values (any entry) or JSON text (read by Spark as it is)",
+        default=DEFAULT_ENCODING,
+        help="how entries are stored: msgpack bytes (fastest), the store's native values, or JSON text",
     )
     create.add_argument(
         "--appends",

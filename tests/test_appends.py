@@ -31,6 +31,7 @@ class FakeClock:
 def reserving(store: Store, **options: object) -> tuple[Queue, FakeClock]:
     """A queue with lock-free appends whose hole timeouts run on a clock the test moves."""
     options.setdefault("appends", "reserve")
+    options.setdefault("encoding", "native")  # the tests publish and read stored values as they are
     queue = store.new_queue(**options)
     clock = FakeClock()
     queue.holes = HoleWatch(queue.hole_timeout, clock)

@@ -427,6 +427,7 @@ class AppendsMachine(RuleBasedStateMachine):
             slots_per_record=slots,
             appends="reserve",
             hole_timeout=HOLE_TIMEOUT,
+            encoding="native",  # the model publishes and reads stored values as they are
         )
         #: handles that read: the producers' own, and another one (its own hole watch and caches)
         self.readers = [self.queue, Queue.open(self.store.backend, self.queue.name)]
@@ -745,7 +746,9 @@ def test_dequeue_does_not_wait_on_the_unwritten_parts_of_a_closed_batch(store: S
         if not condition:
             pytest.fail(f"the scenario went otherwise: {what}")
 
-    queue = store.new_queue(capacity=6, slots_per_record=2, appends="reserve", hole_timeout=HOLE_TIMEOUT)
+    queue = store.new_queue(
+        capacity=6, slots_per_record=2, appends="reserve", hole_timeout=HOLE_TIMEOUT, encoding="native"
+    )
     clock = _FakeClock()
     queue.holes.clock = clock
     first = queue.appender.reserve(5, overwrite=False)  # records 0 (0, 1), 1 (2, 3), 2 (4)

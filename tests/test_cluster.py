@@ -292,7 +292,9 @@ def test_an_owner_reads_ahead_and_then_delivers_with_one_command_each(place: Pla
 
 def test_a_hole_ends_what_an_owner_reads_ahead_and_is_read_again(place: Place) -> None:
     backend = place.connect()
-    queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends="reserve")
+    queue = Queue.create(  # native: the test publishes a stored value as it is
+        backend, place.name("q"), capacity=200, slots_per_record=100, appends="reserve", encoding="native"
+    )
     queue.enqueue_batch(range(5))
     hole = queue.appender.reserve(1, overwrite=False)  # offset 5: reserved, not yet published
     queue.enqueue_batch([6, 7])
@@ -306,7 +308,9 @@ def test_a_hole_ends_what_an_owner_reads_ahead_and_is_read_again(place: Place) -
 
 def test_an_owner_never_delivers_a_slot_written_past_the_tail(place: Place) -> None:
     backend = place.connect()
-    queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends="lock")
+    queue = Queue.create(  # native: the test writes a stored value as it is
+        backend, place.name("q"), capacity=200, slots_per_record=100, appends="lock", encoding="native"
+    )
     queue.enqueue_batch(range(3))
     # a stale writer's slot past the tail: written under a lock that was lost, never committed
     backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 3, [3, "stale", 0])])

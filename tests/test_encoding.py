@@ -1,10 +1,11 @@
-"""Entry encodings: a JSON-encoded queue gives back what a native one does (refusals: test_inputs.py)."""
+"""Entry encodings: JSON and msgpack queues give back what a native one does (refusals: test_inputs.py)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -40,8 +41,9 @@ json_entries = st.recursive(
 )
 
 
-def test_json_queue_round_trips_across_records_and_laps(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=2, encoding="json")
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_encoded_queue_round_trips_across_records_and_laps(store: Store, encoding: str) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=2, encoding=encoding)
     values = [None, True, -(2**63), 2**63 - 1, math.pi, "ünïcode\n", [], {}, {"k": [{"n": None}]}]
     assert queue.enqueue(values[0]) == 0
     queue.enqueue_batch(values[1:4])
@@ -56,15 +58,17 @@ def test_json_queue_round_trips_across_records_and_laps(store: Store) -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(json_entries, min_size=1, max_size=8))
-def test_json_and_native_queues_give_back_the_same_values(store: Store, values: list[Any]) -> None:
-    native = store.new_queue(capacity=8, slots_per_record=3)
-    encoded = store.new_queue(capacity=8, slots_per_record=3, encoding="json")
-    native.enqueue_batch(values)
-    encoded.enqueue_batch(values)
-    assert [e.value for e in encoded.dequeue_batch(8)] == [e.value for e in native.dequeue_batch(8)] == values
+def test_json_msgpack_and_native_queues_give_back_the_same_values(store: Store, values: list[Any]) -> None:
+    queues = [
+        store.new_queue(capacity=8, slots_per_record=3, encoding=e) for e in ("native", "json", "msgpack")
+    ]
+    for queue in queues:
+        queue.enqueue_batch(values)
+    native, encoded, packed = ([e.value for e in queue.dequeue_batch(8)] for queue in queues)
+    assert encoded == packed == native == values
 
 
-@pytest.mark.parametrize("encoding", ["native", "json"])
+@pytest.mark.parametrize("encoding", ["native", "json", "msgpack"])
 def test_dicts_come_back_with_their_keys_in_order(store: Store, encoding: str) -> None:
     queue = store.new_queue(encoding=encoding)
     queue.enqueue({"b": 1, "a": {"d": [{"z": 0, "y": 1}], "c": 2}})
@@ -80,6 +84,13 @@ def test_stored_form_is_the_json_text(store: Store) -> None:
     assert bytes(slots[0][1]) == orjson.dumps({"id": 1, "tags": ["a"]})
 
 
+def test_stored_form_is_the_msgpack_bytes_keys_in_order(store: Store) -> None:
+    queue = store.new_queue(capacity=3, slots_per_record=3)  # msgpack: the default
+    queue.enqueue({"z": "\x00", 2: [b"b", 1.5], "a": None})
+    slots = store.backend.get(queue.keys.buffer(0)).bins[rec.SLOTS]  # type: ignore[union-attr]
+    assert bytes(slots[0][1]) == msgspec.msgpack.encode({2: [b"b", 1.5], "a": None, "z": "\x00"})
+
+
 def test_json_entry_size_is_its_text(store: Store) -> None:
     queue = store.new_queue(capacity=4, slots_per_record=2, encoding="json")
     limit = queue.max_entry_bytes
@@ -91,23 +102,30 @@ def test_json_entry_size_is_its_text(store: Store) -> None:
 
 
 def test_bad_encoding_is_refused_before_anything_is_written(store: Store) -> None:
-    with pytest.raises(InvalidArgumentError, match="encoding must be one of native, json, got 'xml'"):
+    with pytest.raises(
+        InvalidArgumentError, match="encoding must be one of native, msgpack, json, got 'xml'"
+    ):
         Queue.create(store.backend, "t-bad-encoding", capacity=3, encoding="xml")
     with pytest.raises(QueueNotFoundError):
         Queue.open(store.backend, "t-bad-encoding")
 
 
 def test_encoding_is_kept_in_the_metadata(store: Store) -> None:
-    encoded = store.new_queue(encoding="json", appends="lock")
-    native = store.new_queue(appends="lock")
-    assert Queue.open(store.backend, encoded.name).encoding == "json" == encoded.info().encoding
+    native = store.new_queue(appends="lock", encoding="native")
     assert Queue.open(store.backend, native.name).encoding == "native" == native.info().encoding
-    bins = store.backend.get(encoded.keys.metadata).bins  # type: ignore[union-attr]
-    # a library that reads only format 1 refuses the JSON queue rather than handing out its text
-    assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.ENCODED_FORMAT_VERSION, "json")
     assert store.backend.get(native.keys.metadata).bins[rec.FORMAT] == rec.FORMAT_VERSION  # type: ignore[union-attr]
+    for encoding, asked in (
+        ("json", "json"),
+        ("msgpack", "msgpack"),
+        ("msgpack", None),
+    ):  # msgpack: the default
+        encoded = store.new_queue(appends="lock", **({} if asked is None else {"encoding": asked}))
+        assert Queue.open(store.backend, encoded.name).encoding == encoding == encoded.info().encoding
+        bins = store.backend.get(encoded.keys.metadata).bins  # type: ignore[union-attr]
+        # a library that reads only format 1 refuses the encoded queue rather than handing out its bytes
+        assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.ENCODED_FORMAT_VERSION, encoding)
     # a queue whose producers append without the lock is format 3 whatever its encoding
-    for encoding in ("json", "native"):
+    for encoding in ("json", "native", "msgpack"):
         reserving = store.new_queue(encoding=encoding, appends="reserve")
         bins = store.backend.get(reserving.keys.metadata).bins  # type: ignore[union-attr]
         assert (bins[rec.FORMAT], bins[rec.ENCODING]) == (rec.MARKED_FORMAT_VERSION, encoding)
@@ -125,10 +143,15 @@ def test_damaged_encoding_is_named(store: Store, damage: dict[str, object], mess
         Queue.open(store.backend, queue.name)
 
 
-def test_a_slot_that_holds_no_json_is_named_by_readers_and_the_checker(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, encoding="json")
+@pytest.mark.parametrize(
+    ("encoding", "damaged"), [("json", b"{not json"), ("msgpack", b"\xc1"), ("msgpack", "str")]
+)
+def test_a_slot_that_holds_no_valid_entry_is_named_by_readers_and_the_checker(
+    store: Store, encoding: str, damaged: object
+) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, encoding=encoding)
     queue.enqueue_batch([1, 2, 3])
-    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, b"{not json", 0])])
+    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, damaged, 0])])
     with pytest.raises(CorruptQueueError, match="no valid entry for offset 1"):
         queue.get(1)
     report = check_queue(store.backend, queue.name)
@@ -139,8 +162,9 @@ def test_a_slot_that_holds_no_json_is_named_by_readers_and_the_checker(store: St
     assert queue.info().lock_owner is None  # the failed dequeue let go of the lock
 
 
-def test_cluster_consumers_get_decoded_entries(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, encoding="json")
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_cluster_consumers_get_decoded_entries(store: Store, encoding: str) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, encoding=encoding)
     queue.enqueue_batch([{"n": n} for n in range(4)])
     with queue.consumer("node-1", time_slice=5.0) as consumer:
         received = consumer.receive(10, timeout=5.0)
@@ -152,10 +176,15 @@ def test_stored_text_decodes_from_bytes_or_bytearray_only() -> None:
     assert decode_entry("json", bytearray(b'{"a": [1]}')) == {"a": [1]}  # as Aerospike's client returns blobs
     assert decode_entry("json", b'"x"') == "x"
     assert decode_entry("native", b'"x"') == b'"x"'
-    with pytest.raises(ValueError, match="holds str, not JSON text"):
+    with pytest.raises(ValueError, match="a json-encoded queue's slot holds str, not its bytes"):
         decode_entry("json", '"x"')
     with pytest.raises(ValueError):
         decode_entry("json", b"{")
+    assert decode_entry("msgpack", bytearray(msgspec.msgpack.encode({"a": [1]}))) == {"a": [1]}
+    with pytest.raises(ValueError, match="a msgpack-encoded queue's slot holds int, not its bytes"):
+        decode_entry("msgpack", 7)
+    with pytest.raises(ValueError):
+        decode_entry("msgpack", b"\x92\x01")  # a list of two items with one
 
 
 def test_command_line_creates_a_json_encoded_queue(place: Place, capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,7 +55,7 @@ def test_a_guess_another_consumer_made_stale_is_read_again(guessing: Store) -> N
 
 def test_a_slot_the_guess_saw_unpublished_is_read_again_under_the_lock(guessing: Store) -> None:
     """The guessed read sees a reservation not yet published; its publish lands before the lock's read."""
-    queue = guessing.new_queue(appends="reserve", capacity=20, slots_per_record=5)
+    queue = guessing.new_queue(appends="reserve", capacity=20, slots_per_record=5, encoding="native")  # as is
     queue.enqueue("a")
     assert queue.dequeue().value == "a"  # type: ignore[union-attr]
     first, now_ms = queue.appender.reserve_stamped(1, overwrite=False)  # reserved, not yet published

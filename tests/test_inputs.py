@@ -63,6 +63,14 @@ def nested(depth: int) -> object:
         ),
         ("json", nested(MAX_NESTING_DEPTH + 1), f"is nested deeper than {MAX_NESTING_DEPTH} lists and dicts"),
         ("native", nested(2000), "is nested deeper than"),
+        # msgpack entries take the native domain (NUL included), and refuse the rest alike
+        ("msgpack", Custom(), "Custom"),
+        ("msgpack", [1, {"a": {3, 4}}], r"entry 1\[1\]\['a'\] is a set"),
+        ("msgpack", {1.5: "x"}, "dict keys must be"),
+        ("msgpack", -(2**63) - 1, "signed 64-bit"),
+        ("msgpack", ["ok", "lone \ud800"], "entry 1 cannot be stored: .*surrogates not allowed"),
+        ("msgpack", {"k": "lone \ud800"}, "entry 1 cannot be stored: .*surrogates not allowed"),
+        ("msgpack", nested(MAX_NESTING_DEPTH + 1), f"is nested deeper than {MAX_NESTING_DEPTH}"),
     ],
 )
 def test_unsupported_entries_are_refused_before_writing(
@@ -77,8 +85,9 @@ def test_unsupported_entries_are_refused_before_writing(
     assert [e.value for e in queue.dequeue_batch(10)] == ["before"]
 
 
-def test_supported_values_round_trip(store: Store) -> None:
-    queue = store.new_queue()
+@pytest.mark.parametrize("encoding", ["native", "msgpack"])
+def test_supported_values_round_trip(store: Store, encoding: str) -> None:
+    queue = store.new_queue(encoding=encoding)
     values = [
         None,
         True,
@@ -100,8 +109,9 @@ def test_supported_values_round_trip(store: Store) -> None:
     assert type(got[1]) is bool
 
 
-def test_json_queue_keeps_what_a_native_one_refuses(store: Store) -> None:
-    queue = store.new_queue(encoding="json")
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_json_and_msgpack_queues_keep_what_a_native_one_refuses(store: Store, encoding: str) -> None:
+    queue = store.new_queue(encoding=encoding)
     values = ["a\x00b", {"k\x00": ["\x00"]}, nested(MAX_NESTING_DEPTH)]
     queue.enqueue_batch(values)
     assert [e.value for e in queue.dequeue_batch(10)] == values
@@ -131,14 +141,18 @@ native_values = st.recursive(
 )
 
 
+@pytest.mark.parametrize("encoding", ["native", "msgpack"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(native_values, min_size=1, max_size=6))
-def test_every_store_gives_back_exactly_what_it_accepts(store: Store, values: list[object]) -> None:
+def test_every_store_gives_back_exactly_what_it_accepts(
+    store: Store, encoding: str, values: list[object]
+) -> None:
     """One rule on both stores: refused before writing, or given back the same, dicts in key order."""
-    queue = store.new_queue(capacity=8, slots_per_record=3)
+    queue = store.new_queue(capacity=8, slots_per_record=3, encoding=encoding)
     try:
         queue.enqueue_batch(values)
     except UnsupportedEntryError as refused:
+        assert encoding == "native", refused  # msgpack keeps every value drawn here
         assert "NUL character" in str(refused), refused  # the only native value refused here
         assert queue.info().tail_offset == 0
         return

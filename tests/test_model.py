@@ -163,8 +163,11 @@ class InterleavingMachine(RuleBasedStateMachine):
 
     @initialize(record_count=st.integers(2, 3), slots=st.integers(1, 3))
     def create(self, record_count: int, slots: int) -> None:
-        self.queue = self.store.new_queue(
-            capacity=record_count * slots, slots_per_record=slots, lock_ttl=TTL_SECONDS * self.scale
+        self.queue = self.store.new_queue(  # native: the clients write stored values as they are
+            capacity=record_count * slots,
+            slots_per_record=slots,
+            lock_ttl=TTL_SECONDS * self.scale,
+            encoding="native",
         )
         self.model = _Model(self.queue.capacity)
 

@@ -124,7 +124,7 @@ def test_batch_that_wraps_into_its_first_record(store: Store) -> None:
 
 
 def test_dequeued_slots_are_erased(store: Store) -> None:
-    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, encoding="native")  # stored as is
     queue.enqueue_batch(["secret-0", "secret-1", "secret-2", "x"])
     queue.dequeue()
     queue.dequeue()  # erases offset 0 (below the head it read)
@@ -142,7 +142,8 @@ def test_dequeued_slots_are_erased(store: Store) -> None:
 
 def test_each_dequeue_erases_only_the_slots_it_newly_passes(store: Store) -> None:
     faulty = FaultInjectingBackend(store.backend)
-    queue = Queue.open(faulty, store.new_queue(appends="lock", capacity=20, slots_per_record=10).name)
+    created = store.new_queue(appends="lock", capacity=20, slots_per_record=10, encoding="native")  # as is
+    queue = Queue.open(faulty, created.name)
     queue.enqueue_batch(range(20))
     erased_per_dequeue = []
     for _ in range(9):

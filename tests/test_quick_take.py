@@ -156,7 +156,9 @@ def test_a_consumer_behind_the_producers_reads_ahead_across_records_and_takes_wi
 
 def test_a_read_ahead_that_finds_fewer_entries_than_asked_for_leaves_them_to_the_lock(store: Store) -> None:
     """A batch dequeue returns every published entry of its window: the locked one judges the rest."""
-    queue = store.new_queue(appends="reserve", capacity=400, slots_per_record=10, hole_timeout=60.0)
+    queue = store.new_queue(  # native: the test publishes a stored value as it is
+        appends="reserve", capacity=400, slots_per_record=10, hole_timeout=60.0, encoding="native"
+    )
     queue.enqueue_batch(list(range(40)))
     assert _values(queue.dequeue_batch(20)) == list(range(20))
     queue.enqueue_batch(list(range(40, 45)))

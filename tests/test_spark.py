@@ -196,7 +196,10 @@ def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fai
         ({"queue": "events", "startingTimestamp": "noon"}, "startingTimestamp='noon'"),
         ({"queue": "events", "startingTimestamp": 5, "startingOffsets": 0}, "both say where to start"),
         ({"queue": "events", "minPartitions": 0}, "minPartitions=0 must be at least 1"),
-        ({"queue": "events", "entryEncoding": "yaml"}, "entryEncoding='yaml' must be one of native, json"),
+        (
+            {"queue": "events", "entryEncoding": "yaml"},
+            "entryEncoding='yaml' must be one of native, msgpack, json",
+        ),
         ({}, "option 'queue' is required"),
         (
             {"quue": "events"},
@@ -387,19 +390,26 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
         frame.write.format("large_queue").option("url", url).option("queue", "out").mode("overwrite").save()
 
 
-def test_spark_bench_reads_both_encodings_as_the_same_rows(spark: Any, place: Place) -> None:
+def test_spark_bench_reads_every_encoding_as_the_same_rows(spark: Any, place: Place) -> None:
     from large_queue.spark import _bench
 
     lines: list[str] = []
     figures = _bench.run(place.url, entries=3000, repeats=1, pause=0, log=lines.append)
-    labels = ("queue", "queue json", "parquet", "floor")
+    labels = ("queue", "queue native", "queue json", "parquet", "floor")
     assert all(figures[f"{label} rows/s"] > 0 for label in labels)
-    for label in ("queue", "queue json", "floor"):  # each ratio is that read's rate over Parquet's
+    for label in (
+        "queue",
+        "queue native",
+        "queue json",
+        "floor",
+    ):  # each ratio is that read's rate over Parquet's
         assert figures[f"{label} ratio"] == pytest.approx(
             figures[f"{label} rows/s"] / figures["parquet rows/s"]
         )
     printed = "\n".join(lines)
-    assert "queue (native entries) -> Spark" in printed and "queue (JSON entries) -> Spark" in printed
+    assert all(f"queue ({kind} entries) -> Spark" in printed for kind in ("msgpack", "native", "JSON")), (
+        printed
+    )
 
 
 def test_registering_names_a_worker_python_that_cannot_import_the_library(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from large_queue import errors
 from large_queue._entries import INT64_MAX, INT64_MIN, bytes_as_json
-from large_queue.spark._arrow import Rows, collector_paused, json_column, stored_json_column
+from large_queue.spark._arrow import Rows, collector_paused, json_column, stored_column
 
 scalars = (
     st.none()
@@ -92,13 +93,22 @@ def test_collector_state_is_restored(enabled: bool) -> None:
 def test_stored_json_text_that_is_not_text_is_named(stored: object, problem: str) -> None:
     rows = Rows(offsets=[4, 5], values=[b'{"ok": 1}', stored], times=[0, 0])
     with pytest.raises(
-        errors.CorruptQueueError, match=rf"queue 'q' \(offsets 4..5\).*not JSON text.*{problem}"
+        errors.CorruptQueueError, match=rf"queue 'q' \(offsets 4..5\).*not json bytes.*{problem}"
     ):
-        stored_json_column("q", rows)
+        stored_column("q", rows, "json")
 
 
 def test_stored_json_text_is_passed_on_as_it_is() -> None:
     texts = [orjson.dumps(v) for v in ({"a": "\n"}, [1, 2.5], "ü", None)]
     stored: list[Any] = [*texts[:3], bytearray(texts[3])]  # Aerospike's client gives blobs as bytearray
     rows = Rows(offsets=[0, 1, 2, 3], values=stored, times=[0, 0, 0, 0])
-    assert stored_json_column("q", rows).to_pylist() == [t.decode() for t in texts]
+    assert stored_column("q", rows, "json").to_pylist() == [t.decode() for t in texts]
+
+
+def test_stored_msgpack_bytes_are_passed_on_as_they_are() -> None:
+    packed = [msgspec.msgpack.encode(v) for v in ({"a": b"\x00"}, [1, 2.5], "ü\x00")]
+    stored: list[Any] = [*packed[:2], bytearray(packed[2])]  # Aerospike's client gives blobs as bytearray
+    rows = Rows(offsets=[0, 1, 2], values=stored, times=[0, 0, 0])
+    assert stored_column("q", rows, "msgpack").to_pylist() == packed
+    with pytest.raises(errors.CorruptQueueError, match=r"offsets 0..2\).*not msgpack bytes"):
+        stored_column("q", Rows(offsets=[0, 1, 2], values=[*packed[:2], 7], times=[0, 0, 0]), "msgpack")

@@ -15,10 +15,13 @@ Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
 msgpack by default, and ``text`` keeps a string), ``failOnDataLoss`` (default true),
 ``maxOffsetsPerTrigger`` (streaming), and for writing ``batchSize``,
 ``createIfMissing``, ``capacity``, ``slotsPerRecord``, ``entryEncoding``
-(``native`` | ``json``, for a queue that ``createIfMissing`` creates).
+(``msgpack`` | ``native`` | ``json``, for a queue that ``createIfMissing``
+creates; ``msgpack`` unless told).
 
 A queue created with ``encoding="json"`` stores each entry's JSON text,
-which becomes the ``value`` column as it is: reads skip decoding entries.
+which becomes a ``json`` value column as it is; one created with
+``encoding="msgpack"`` (the default) stores msgpack bytes, which become a
+``binary`` value column as they are: such reads skip decoding entries.
 """
 
 from __future__ import annotations

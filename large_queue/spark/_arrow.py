@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue._entries import JSON, NATIVE, bytes_as_json, decode_entry
+from large_queue._entries import JSON, MSGPACK, NATIVE, bytes_as_json, decode_entry
 from large_queue.appends._prefix import OVERWRITTEN, kind_of
 from large_queue.queue import Queue
 from large_queue.spark._options import data_loss
@@ -143,22 +143,24 @@ def json_column(queue: str, offsets: list[int], values: list[Any]) -> pa.Array:
     return pc.binary_slice(pieces.slice(0, len(values)), 1, -1).cast(pa.string())
 
 
-def stored_json_column(queue: str, rows: Rows) -> pa.Array:
-    """The JSON text a JSON-encoded queue stores, as it is: no entry is decoded."""
+def stored_column(queue: str, rows: Rows, encoding: str) -> pa.Array:
+    """What a JSON- or msgpack-encoded queue stores, as it is (JSON text, msgpack bytes): none decoded."""
     try:
-        column = pa.array(rows.values, pa.binary()).view(pa.string())
-        column.validate(full=True)  # UTF-8, as Spark strings must be
+        column = pa.array(rows.values, pa.binary())
+        if encoding == JSON:
+            column = column.view(pa.string())
+            column.validate(full=True)  # UTF-8, as Spark strings must be
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise errors.CorruptQueueError(
             f"queue {queue!r} (offsets {rows.offsets[0]}..{rows.offsets[-1]}) holds a slot that is not"
-            f" JSON text: {exc}",
+            f" {encoding} bytes: {exc}",
             queue=queue,
         ) from None
     return column
 
 
 def decoded_values(queue: str, rows: Rows, encoding: str) -> list[Any]:
-    """The entries themselves, for columns that need more than a JSON-encoded queue's text."""
+    """The entries themselves, for columns that need more than a queue's stored bytes."""
     if encoding == NATIVE:
         return rows.values
     try:
@@ -183,8 +185,8 @@ def record_batch(
     names = schema.fieldNames()
     count = len(rows.offsets)
     others = [name for name in names if name not in META_COLUMNS]
-    text_as_stored = encoding == JSON and value_format == "json"
-    needs_entries = others or ("value" in names and not text_as_stored)
+    as_stored = (encoding, value_format) in ((JSON, "json"), (MSGPACK, "binary"))
+    needs_entries = others or ("value" in names and not as_stored)
     values = decoded_values(queue, rows, encoding) if needs_entries else rows.values
     if "queue" in names:
         columns["queue"] = pa.repeat(pa.scalar(queue, pa.string()), count)
@@ -198,8 +200,8 @@ def record_batch(
         millis = pa.array(rows.times, pa.int64()).cast(pa.timestamp("ms"))
         columns["enqueued_at"] = millis.cast(arrow_schema.field("enqueued_at").type)
     if "value" in names:
-        if text_as_stored:
-            columns["value"] = stored_json_column(queue, rows)
+        if as_stored:
+            columns["value"] = stored_column(queue, rows, encoding)
         elif value_format == "binary":
             columns["value"] = pa.array(list(map(_MSGPACK.encode, values)), pa.binary())
         else:

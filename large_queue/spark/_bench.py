@@ -1,14 +1,15 @@
 """``large-queue bench --spark``: rows/s reading a queue into Spark, against Parquet.
 
-Four reads of the same rows run in one local session, each ending in
+Five reads of the same rows run in one local session, each ending in
 ``write.format("noop")`` so the figures compare sources, not sinks:
 
-- a queue of native entries (the default encoding), through the
+- a queue of msgpack entries (the default encoding), through the
   ``large_queue`` data source;
-- a queue holding the same events as JSON entries, whose stored text becomes
-  the ``value`` column as it is (the bench first checks that both queues
+- a queue holding the same events as native entries (the store's own values);
+- a queue holding them as JSON entries, whose stored text becomes the
+  ``value`` column as it is (the bench first checks that the three queues
   read as the same offsets and values);
-- a Parquet file holding exactly the rows the native queue read produced;
+- a Parquet file holding exactly the rows the msgpack queue read produced;
 - Spark's floor for any Python data source: a source whose tasks yield the
   same rows as ready-made Arrow batches, doing no work of their own. The gap
   between this line and Parquet belongs to Spark's Python data source path
@@ -107,10 +108,11 @@ def run(
     pause: float = 0.5,
     log: Any = print,
 ) -> dict[str, float]:
-    """Fill two queues with ``entries`` events, then time the reads in ``repeats`` rounds.
+    """Fill three queues with ``entries`` events, then time the reads in ``repeats`` rounds.
 
-    The same events go into a queue of each entry encoding: ``native`` (the
-    default) and ``json``, whose stored text the reader passes on as it is.
+    The same events go into a queue of each entry encoding: ``msgpack`` (the
+    default), ``native`` and ``json``, whose stored text the reader passes on
+    as it is.
     ``partitions`` defaults to the session's parallelism (one task per core),
     which is how a job reading a whole queue should set ``minPartitions``.
     """
@@ -122,11 +124,11 @@ def run(
     with tempfile.TemporaryDirectory() as directory:
         url = url or f"embedded://{directory}/bench.db"
         store = connect(url)
-        names = {"native": "bench-spark", "json": "bench-spark-json"}
+        names = {"msgpack": "bench-spark", "native": "bench-spark-native", "json": "bench-spark-json"}
         started = time.perf_counter()
         for encoding, name in names.items():
             _fill(store, name, entries, encoding)
-        log(f"enqueued {entries:,} entries into each of 2 queues in {time.perf_counter() - started:.1f} s")
+        log(f"enqueued {entries:,} entries into each of 3 queues in {time.perf_counter() - started:.1f} s")
         spark = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
@@ -145,14 +147,14 @@ def run(
             for encoding, name in names.items()
         }
         parquet_path = os.path.join(directory, "events.parquet")
-        sources["native"].write.parquet(parquet_path)
+        sources["msgpack"].write.parquet(parquet_path)
         parquet = spark.read.parquet(parquet_path)
-        same = ["offset", "value"]  # the queue name and enqueue times differ between the two queues
-        if (
-            parquet.count() != entries
-            or not sources["json"].select(same).exceptAll(parquet.select(same)).isEmpty()
+        same = ["offset", "value"]  # the queue name and enqueue times differ between the queues
+        if parquet.count() != entries or any(
+            not sources[encoding].select(same).exceptAll(parquet.select(same)).isEmpty()
+            for encoding in ("native", "json")
         ):
-            raise RuntimeError("the native and the JSON-encoded queue did not read as the same rows")
+            raise RuntimeError("the msgpack, native and JSON-encoded queues did not read as the same rows")
         spark.dataSource.register(FloorSource)
         floor = (
             spark.read.format("large_queue_bench_floor")
@@ -161,7 +163,8 @@ def run(
             .load()
         )
         frames = {
-            "queue": sources["native"],
+            "queue": sources["msgpack"],
+            "queue native": sources["native"],
             "queue json": sources["json"],
             "parquet": parquet,
             "floor": floor,
@@ -177,7 +180,7 @@ def run(
     figures = {f"{label} rows/s": entries / seconds for label, seconds in best.items()}
     ratios = {
         label: sorted(round_["parquet"] / round_[label] for round_ in rounds)
-        for label in ("queue", "queue json", "floor")
+        for label in ("queue", "queue native", "queue json", "floor")
     }
     figures.update({f"{label} ratio": statistics.median(values) for label, values in ratios.items()})
     log(
@@ -185,7 +188,8 @@ def run(
         " ratio to Parquet: the median of the rounds' ratios (each round times every read once)"
     )
     lines = {
-        "queue": "queue (native entries) -> Spark",
+        "queue": "queue (msgpack entries) -> Spark",
+        "queue native": "queue (native entries) -> Spark",
         "queue json": "queue (JSON entries) -> Spark",
         "parquet": "Parquet -> Spark",
         "floor": "Python source floor (prebuilt Arrow batches)",

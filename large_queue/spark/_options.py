@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import ENCODINGS, NATIVE, check_encoding
+from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, check_encoding
 from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS, QueueShape
 
 VALUE_FORMATS = ("json", "binary")
@@ -181,7 +181,7 @@ def _group(lowered: Mapping[str, str]) -> str | None:
 
 
 def _entry_encoding(lowered: Mapping[str, str]) -> str:
-    given = lowered.get("entryencoding", NATIVE)
+    given = lowered.get("entryencoding", DEFAULT_ENCODING)
     try:
         return check_encoding(given.lower())
     except errors.InvalidArgumentError:

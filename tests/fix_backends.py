@@ -13,10 +13,10 @@ hand (``Store.clock``), while on Aerospike ``Store.advance`` waits for real.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +51,25 @@ class ManualClock:
         self.now_ns += int(seconds * 1_000_000_000)
 
 
+#: how many queue names each test has taken so far in this run
+_NAMES_TAKEN: dict[str, int] = {}
+
+
 def unique_name(base: str) -> str:
-    """A queue name no other test (or earlier run against the same server) uses."""
-    return f"{base}-{uuid.uuid4().hex[:10]}"
+    """A queue name no other test uses, and the same one in every run.
+
+    Aerospike keeps every set name a namespace has seen (at most 4,095)
+    until the server restarts, and each queue is a set of its own: names
+    drawn at random used up a test server in three or four runs of the
+    suite. A name is made of the running test's id, hashed, and how many
+    names that test took before it in this run. The fixtures delete what a
+    name holds before handing it out (an earlier run may have died with it)
+    and after the test.
+    """
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]  # "...::test_x[aerospike] (call)"
+    taken = _NAMES_TAKEN.get(test, 0)
+    _NAMES_TAKEN[test] = taken + 1
+    return f"{base}-{hashlib.blake2b(test.encode(), digest_size=5).hexdigest()}-{taken}"
 
 
 @dataclass
@@ -86,6 +102,8 @@ class Store:
         """A new queue with a unique name, deleted after the test."""
         name = unique_name("t")
         self.created.append(name)
+        if self.remote:
+            Queue.delete(self.backend, name)  # left by an earlier run that died
         options.setdefault("capacity", 12)
         options.setdefault("slots_per_record", 3)
         return Queue.create(self.backend, name, **options)  # type: ignore[arg-type]
@@ -156,9 +174,15 @@ class Place:
     names: list[str] = field(default_factory=list)
 
     def name(self, base: str) -> str:
-        """A unique queue name, deleted (with its queue) after the test."""
+        """A unique queue name, free now and deleted (with its queue) after the test."""
         name = unique_name(base)
         self.names.append(name)
+        if self.kind != "embedded":  # a new file each test: nothing is left there
+            backend = self.connect()
+            try:
+                Queue.delete(backend, name)  # left by an earlier run that died
+            finally:
+                backend.close()
         return name
 
     def connect(self) -> Backend:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from large_queue import _bench_idle, _bench_persist, _bench_producers, _bench_receipts, _floor
 from large_queue._bench_producers import Sample
+from large_queue._entries import DEFAULT_ENCODING
 from large_queue._stats import QueueStats
 from large_queue.backends import Backend, Increment, Read, RecordKey, WriteMode, connect
 from large_queue.backends.embedded import EmbeddedBackend
@@ -367,13 +368,15 @@ def _figure(name: str, sample: Sample, unit: str = "ops") -> Figure:
     )
 
 
-def _scaling(url: str, processes: int, total: int, *, appends: str, delay: float) -> Scaling:
+def _scaling(url: str, processes: int, total: int, *, appends: str, delay: float, encoding: str) -> Scaling:
     """One producer against ``processes``, in :data:`CONCURRENT_ROUNDS` interleaved rounds."""
     rounds = []
     for _ in range(CONCURRENT_ROUNDS):
-        one, one_exact = _bench_producers.concurrent(url, 1, total, appends=appends, delay=delay)
+        one, one_exact = _bench_producers.concurrent(
+            url, 1, total, appends=appends, delay=delay, encoding=encoding
+        )
         many, many_exact = _bench_producers.concurrent(
-            url, processes, total // processes, appends=appends, delay=delay
+            url, processes, total // processes, appends=appends, delay=delay, encoding=encoding
         )
         rounds.append((many.rate / one.rate, one, many, one_exact and many_exact))
     rounds.sort(key=lambda round_: round_[0])
@@ -400,8 +403,9 @@ def measure(
     processes: int = 4,
     threads: int = 8,
     progress: bool = True,
+    encoding: str = DEFAULT_ENCODING,
 ) -> Report:
-    """Run every measurement on the store at ``url``.
+    """Run every measurement on the store at ``url``, on queues that store entries as ``encoding``.
 
     The single-process phases run for each way of appending (:data:`MODES`);
     producer scaling runs for each, on the store as it is and with a
@@ -421,7 +425,14 @@ def measure(
             names = [f"{name}-{appends}-{role}" for role in ("timed", "rec", "floor")]
             try:
                 queues = [
-                    Queue.create(backend, twin, capacity=capacity, slots_per_record=100, appends=appends)
+                    Queue.create(
+                        backend,
+                        twin,
+                        capacity=capacity,
+                        slots_per_record=100,
+                        appends=appends,
+                        encoding=encoding,
+                    )
                     for twin in names
                 ]
                 twins = _Twins(
@@ -459,6 +470,7 @@ def measure(
             total if not delay else max(200 * processes, total // 3),
             appends=appends,
             delay=delay,
+            encoding=encoding,
         )
         for delay in (0.0, SIMULATED_ROUND_TRIP)
         for appends in MODES
@@ -473,7 +485,9 @@ def measure(
             for _ in range(operations):
                 _raw_command(backend, raw_key)
         beside.add(spent, operations)
-        produced, producer_exact = _bench_producers.producer_object(url, threads, per_thread)
+        produced, producer_exact = _bench_producers.producer_object(
+            url, threads, per_thread, encoding=encoding
+        )
         with _clock() as spent:
             for _ in range(operations):
                 _raw_command(backend, raw_key)
@@ -495,9 +509,9 @@ def measure(
             f"beside persist-queue {version} (same disk, write-ahead log on both sides,"
             " synchronous set alike):"
         )
-        persist = _bench_persist.compare(backend.path.parent, operations)
+        persist = _bench_persist.compare(backend.path.parent, operations, encoding)
     return Report(
-        store=repr(backend),
+        store=f"{backend!r}; entries stored as {encoding}",
         processes=processes,
         raw=raw,
         figures=figures,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from large_queue import errors
+from large_queue._entries import DEFAULT_ENCODING
 from large_queue.backends.embedded import EmbeddedBackend
 from large_queue.queue import Queue
 
@@ -71,14 +72,17 @@ def available() -> str | None:
         return None
 
 
-def compare(directory: str | Path, operations: int) -> list[Pair]:
-    """Time both libraries in fresh files under ``directory``, ``operations`` of each kind per level."""
+def compare(directory: str | Path, operations: int, encoding: str = DEFAULT_ENCODING) -> list[Pair]:
+    """Time both libraries in fresh files under ``directory``, ``operations`` of each kind per level.
+
+    Our queues store entries as ``encoding``.
+    """
     pairs: list[Pair] = []
     per_round = max(1, operations // ROUNDS)
     count = per_round * ROUNDS
     for level in LEVELS:
         with tempfile.TemporaryDirectory(dir=directory, prefix=f"persist-{level}-") as place:
-            spent = _alternating(Path(place), level, per_round)
+            spent = _alternating(Path(place), level, per_round, encoding)
         pairs += [
             Pair(
                 ours=ours_name,
@@ -96,7 +100,7 @@ def compare(directory: str | Path, operations: int) -> list[Pair]:
     return pairs
 
 
-def _alternating(place: Path, level: str, per_round: int) -> dict[str, float]:
+def _alternating(place: Path, level: str, per_round: int, encoding: str) -> dict[str, float]:
     """Seconds each operation took in all :data:`ROUNDS`, ``per_round`` calls a round."""
     import persistqueue
 
@@ -107,8 +111,8 @@ def _alternating(place: Path, level: str, per_round: int) -> dict[str, float]:
     try:
         for connection in (theirs._conn, acked._conn):
             connection.execute(f"PRAGMA synchronous={level.upper()}")
-        queue = Queue.create(ours, "compared", capacity=2 * per_round)
-        shared = Queue.create(ours, "shared", capacity=2 * per_round)
+        queue = Queue.create(ours, "compared", capacity=2 * per_round, encoding=encoding)
+        shared = Queue.create(ours, "shared", capacity=2 * per_round, encoding=encoding)
         with shared.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
             steps: list[tuple[str, Callable[[], Any]]] = [
                 ("put", lambda: theirs.put(ENTRY)),

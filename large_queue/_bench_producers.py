@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from large_queue._entries import DEFAULT_ENCODING
 from large_queue._stats import QueueStats, combined
 from large_queue.backends import Backend, connect
 from large_queue.backends._delegating import Delegating
@@ -92,7 +93,13 @@ def _producer_process(url: str, name: str, count: int, delay: float, start_event
 
 
 def concurrent(
-    url: str, processes: int, per_process: int, *, appends: str, delay: float = 0.0
+    url: str,
+    processes: int,
+    per_process: int,
+    *,
+    appends: str,
+    delay: float = 0.0,
+    encoding: str = DEFAULT_ENCODING,
 ) -> tuple[Sample, bool]:
     """``processes`` producers enqueue at once; then check every entry arrived exactly once."""
     backend = connect(url)
@@ -103,6 +110,7 @@ def concurrent(
         capacity=processes * per_process + HOLE_ROOM,
         slots_per_record=SLOTS_PER_RECORD,
         appends=appends,
+        encoding=encoding,
     )
     context = multiprocessing.get_context("spawn")
     start_event, results = context.Event(), context.Queue()
@@ -150,7 +158,12 @@ def drain(queue: Queue, expected: int) -> list[Entry]:
 
 
 def producer_object(
-    url: str, threads: int, per_thread: int, *, max_batch: int = DEFAULT_MAX_BATCH
+    url: str,
+    threads: int,
+    per_thread: int,
+    *,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    encoding: str = DEFAULT_ENCODING,
 ) -> tuple[Sample, bool]:
     """``threads`` application threads send single entries through one producer object."""
     backend = connect(url)
@@ -158,7 +171,12 @@ def producer_object(
     total = threads * per_thread
     capacity = total + max(HOLE_ROOM, 3 * max_batch)  # a timed-out batch's hole is up to max_batch long
     queue = Queue.create(
-        backend, name, capacity=capacity, slots_per_record=SLOTS_PER_RECORD, appends="reserve"
+        backend,
+        name,
+        capacity=capacity,
+        slots_per_record=SLOTS_PER_RECORD,
+        appends="reserve",
+        encoding=encoding,
     )
     offsets: list[list[int]] = [[] for _ in range(threads)]
     opened = backend.commands

@@ -123,6 +123,7 @@ def _bench(args: argparse.Namespace) -> None:
             batch_size=args.batch_size,
             processes=args.processes,
             progress=not args.no_progress,
+            encoding=args.encoding,
         ).lines():
             print(line)
 
@@ -307,6 +308,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=_positive_int, default=100, help="entries per batch")
     bench.add_argument("--processes", type=_positive_int, default=4, help="concurrent producer processes")
     bench.add_argument("--no-progress", action="store_true", help="no progress bars")
+    bench.add_argument(
+        "--encoding",
+        choices=ENCODINGS,
+        default=DEFAULT_ENCODING,
+        help="how the bench's queues store entries",
+    )
     bench.add_argument(
         "--spark", action="store_true", help="rows/s reading a queue into Spark, against Parquet"
     )

@@ -28,6 +28,7 @@ def test_bench_counts_round_trips_and_accounts_for_every_entry(
         progress=False,
     )
     per_call = {figure.name: figure.round_trips_per_call for figure in report.figures}
+    assert report.lines()[0].endswith("; entries stored as msgpack")  # the default encoding
     assert report.raw.round_trips_per_call == 1
     assert per_call["enqueue (single)"] == 3
     assert per_call["dequeue (single)"] == 3
@@ -102,7 +103,9 @@ def test_bench_runs_when_the_owner_leaves_acked_entries_below_the_head(
         batch_size=25,
         processes=2,
         progress=False,
+        encoding="native",
     )
+    assert report.lines()[0].endswith("; entries stored as native")
     assert {figure.name for figure in report.figures} >= {"owner receive + ack (batches of 25)"}
     assert report.exactly_once
 

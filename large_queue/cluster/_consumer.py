@@ -32,10 +32,11 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import _retention, errors
-from large_queue._entries import NATIVE
+from large_queue._entries import NATIVE, decode_entry
 from large_queue._frozen import frozen
 from large_queue._read_ahead import ReadAhead
 from large_queue._waiting import IdlePoller
+from large_queue.appends._prefix import settle_plain
 from large_queue.cluster import _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
@@ -377,18 +378,20 @@ class Consumer:
         fresh = [o for o in candidates if cursor <= o < self._seen_tail]
 
         settled_end = None
-        # the settled entries' (value, enqueued_at_ms) by offset, where stored values are the entries
+        # the settled entries' (value, enqueued_at_ms) by offset
         known: dict[int, tuple[Any, int]] = {}
         if self.queue.reserved and fresh:  # only the published prefix; a hole waited on long enough is closed
-            settled = self.queue.prefix.settle(fresh[0], fresh[-1] + 1, slot_at)
+            run = read.run(fresh[0], fresh[-1] + 1)
+            settled = settle_plain(fresh[0], run) if run is not None else None  # the common read: all entries
+            if settled is None:
+                settled = self.queue.prefix.settle(fresh[0], fresh[-1] + 1, slot_at)
             entries = settled.entries
             if len(entries) == settled.end - fresh[0]:  # every offset settled is an entry: the common case
                 fresh = fresh[: len(entries)]
             else:
                 published = {offset for offset, _, _ in entries}
                 fresh = [o for o in fresh if o < settled.end and o in published]
-            if self.queue.encoding == NATIVE:
-                known = {offset: (value, at) for offset, value, at in entries}
+            known = _decoded(self.queue.encoding, entries)
             settled_end = settled.end
             if settled.end == cursor and not redeliver:
                 self.queue.prefix.close_overdue(settled)
@@ -701,3 +704,20 @@ class Consumer:
             self._on_event(
                 OwnershipEvent(kind=kind, node_id=self.node_id, epoch=self._epoch, at_ns=time.time_ns())
             )
+
+
+def _decoded(encoding: str, entries: list[tuple[int, Any, int]]) -> dict[int, tuple[Any, int]]:
+    """Settled ``(offset, stored value, enqueued_at_ms)`` rows as ``{offset: (entry, enqueued_at_ms)}``.
+
+    A stored value that does not decode is left out: the delivery then takes
+    that offset from its slot, which names the damage (``CorruptQueueError``).
+    """
+    if encoding == NATIVE:
+        return {offset: (value, at) for offset, value, at in entries}
+    known: dict[int, tuple[Any, int]] = {}
+    for offset, value, at in entries:
+        try:
+            known[offset] = (decode_entry(encoding, value), at)
+        except ValueError:
+            continue
+    return known

@@ -41,6 +41,18 @@ class SlotsRead:
         """The slots read from buffer ``record`` (None if it was missing)."""
         return self._slots.get(record)
 
+    def run(self, start: int, stop: int) -> list[Any] | None:
+        """The slots of offsets ``[start, stop)`` as read, where one read of one record holds them all."""
+        shape = self.shape
+        record = shape.record_of(start)
+        slot_list = self._slots.get(record)
+        first = shape.slot_of(start)
+        if type(slot_list) is not list or shape.slot_of(stop - 1) - first != stop - 1 - start:
+            return None  # not read, or the offsets wrap around into another record
+        index = first - self._wanted[record][0]
+        part = slot_list[index : index + stop - start]
+        return part if index >= 0 and len(part) == stop - start else None
+
     def slot_at(self, offset: int) -> Any:
         """The slot of ``offset`` as read (None if its record was missing or it was not read)."""
         record = self.shape.record_of(offset)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from large_queue import _receipts, _retention, errors
 from large_queue import _records as rec
-from large_queue._entries import NATIVE, Entry, entries_of
+from large_queue._entries import Entry
 from large_queue._frozen import frozen
 from large_queue._read_ahead import ReadAhead
 from large_queue.appends._prefix import Settled, settle_plain
@@ -314,7 +314,6 @@ def read_entries(queue: Queue, grant: LockGrant, max_entries: int) -> tuple[Lock
     skipped = 0
     erasable = shape.runs(_first_erasable(queue, grant), head)
     by_record = shape.runs(head, stop)
-    native = queue.encoding == NATIVE
     for record, runs in by_record.items():
         first = min(shape.slot_of(run.start) for run in runs)
         last = max(shape.slot_of(run[-1]) for run in runs)
@@ -328,9 +327,9 @@ def read_entries(queue: Queue, grant: LockGrant, max_entries: int) -> tuple[Lock
         for run in runs:
             index = shape.slot_of(run.start) - first
             part = slots[index : index + len(run)]
-            plain = settle_plain(run.start, part) if native and len(part) == len(run) else None
+            plain = settle_plain(run.start, part) if len(part) == len(run) else None
             if plain is not None:  # the common read: each slot a plain entry of its own offset
-                taken += entries_of(plain.entries)
+                taken += queue._entries(plain.entries)
                 continue
             for offset in run:
                 slot = slots[index]

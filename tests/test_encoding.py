@@ -146,10 +146,11 @@ def test_damaged_encoding_is_named(store: Store, damage: dict[str, object], mess
 @pytest.mark.parametrize(
     ("encoding", "damaged"), [("json", b"{not json"), ("msgpack", b"\xc1"), ("msgpack", "str")]
 )
+@pytest.mark.parametrize("appends", ["reserve", "lock"])
 def test_a_slot_that_holds_no_valid_entry_is_named_by_readers_and_the_checker(
-    store: Store, encoding: str, damaged: object
+    store: Store, encoding: str, damaged: object, appends: str
 ) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3, encoding=encoding)
+    queue = store.new_queue(capacity=6, slots_per_record=3, encoding=encoding, appends=appends)
     queue.enqueue_batch([1, 2, 3])
     store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, damaged, 0])])
     with pytest.raises(CorruptQueueError, match="no valid entry for offset 1"):
@@ -157,7 +158,7 @@ def test_a_slot_that_holds_no_valid_entry_is_named_by_readers_and_the_checker(
     report = check_queue(store.backend, queue.name)
     assert any("slot 1 holds no valid entry" in problem for problem in report.problems)
     assert queue.dequeue().value == 1  # type: ignore[union-attr]
-    with pytest.raises(CorruptQueueError, match="offset 1"):
+    with pytest.raises(CorruptQueueError, match="no valid entry for offset 1"):
         queue.dequeue()
     assert queue.info().lock_owner is None  # the failed dequeue let go of the lock
 

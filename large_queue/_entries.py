@@ -14,7 +14,7 @@ A queue keeps its entries in one of three encodings, chosen when it is created:
 - ``msgpack``: each entry is stored as its msgpack encoding, in a bytes
   value: the same types, NUL included. The store's client then converts one
   bytes value a slot instead of a tree of values, which halves what the
-  Aerospike client spends on a slot it writes or reads (about 1.7 against
+  Aerospike client spends on a slot it writes or reads (about 1.8 against
   0.9 us a small entry here; 0.2-0.35 us of it goes to msgspec's encoding or
   decoding), so batches and the producer object go faster.
 - ``json``: each entry is stored as its JSON text, in a bytes value. Only

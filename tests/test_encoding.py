@@ -178,9 +178,11 @@ def test_a_cluster_consumer_names_a_slot_that_holds_no_valid_entry(store: Store,
     queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)  # msgpack: the default
     queue.enqueue_batch([{"n": n} for n in range(3)])
     store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, b"\xc1", 0])])
-    with queue.consumer("node-1", time_slice=5.0) as consumer:
-        with pytest.raises(CorruptQueueError, match="no valid entry for offset 1"):
-            consumer.receive(10, timeout=5.0)
+    with (
+        queue.consumer("node-1", time_slice=5.0) as consumer,
+        pytest.raises(CorruptQueueError, match="no valid entry for offset 1"),
+    ):
+        consumer.receive(10, timeout=5.0)
 
 
 def test_stored_text_decodes_from_bytes_or_bytearray_only() -> None:

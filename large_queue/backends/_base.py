@@ -13,7 +13,7 @@ import enum
 import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,15 @@ from large_queue import errors
 from large_queue.backends.conditions import Condition
 
 MAX_BIN_NAME_BYTES = 15
+
+
+def check_bin_names(names: Iterable[Any]) -> None:
+    """``BinNameError`` for the first name that is not a str of 1 to 15 bytes (UTF-8): both stores' rule."""
+    for name in names:
+        if type(name) is not str or not name or len(name.encode()) > MAX_BIN_NAME_BYTES:
+            raise errors.BinNameError(
+                f"bin name {name!r} must be a str of 1 to {MAX_BIN_NAME_BYTES} bytes", code=21, in_doubt=False
+            )
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
 from large_queue import errors
 from large_queue._msgpack import pack, unpack
 from large_queue.backends._base import (
-    MAX_BIN_NAME_BYTES,
     READ_OPERATIONS,
     Backend,
     Compute,
@@ -57,6 +56,7 @@ from large_queue.backends._base import (
     RecordKey,
     Write,
     WriteMode,
+    check_bin_names,
 )
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
 from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
@@ -99,6 +99,8 @@ def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
 _KEYS_PER_SELECT = 500
 # records remembered as refusing this process's guarded writes (forgotten all at once past this)
 _MOST_REFUSED = 1024
+# bin names remembered as valid (past this, names are checked at every command)
+_MOST_GOOD_BINS = 256
 
 
 def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
@@ -158,6 +160,7 @@ class EmbeddedBackend(Backend):
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
+        self._good_bins: set[str] = set()  # bin names already found valid (a queue uses a dozen)
         self._group: Group | None = None  # the group of commands open, seen only by the thread holding _lock
         if not create and not self.path.is_file():
             raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
@@ -237,14 +240,14 @@ class EmbeddedBackend(Backend):
                 f"set name {key.set_name!r} is longer than {MAX_SET_NAME_BYTES} bytes", code=-2
             )
 
-    @staticmethod
-    def _check_bins(names: Iterable[str]) -> None:
+    def _check_bins(self, names: Iterable[str]) -> None:
+        good = self._good_bins
         for name in names:
-            if not name or len(name.encode()) > MAX_BIN_NAME_BYTES:
-                raise _fail(
-                    errors.BinNameError,
-                    f"bin name {name!r} must be 1 to {MAX_BIN_NAME_BYTES} bytes",
-                )
+            if name in good:
+                continue
+            check_bin_names([name])
+            if len(good) < _MOST_GOOD_BINS:
+                good.add(name)
 
     # --- storage primitives ----------------------------------------------------
 
@@ -387,13 +390,18 @@ class EmbeddedBackend(Backend):
         """Apply operations atomically to an existing record; return the reads."""
         self._count()
         self._check_key(key)
-        self._check_bins(op.bin for op in operations)
-        writes = any(not isinstance(op, READ_OPERATIONS) for op in operations)
+        writes = False
+        for op in operations:
+            if not isinstance(op, READ_OPERATIONS):
+                writes = True
+                break
+        self._check_bins([op.bin for op in operations])
         guarded = condition is not None or generation is not None
+        refused = self._refused
         # Optimistic (a reader until the guard holds) only where this process's
         # last guarded write to the record was refused: a busy queue lock is
         # likely busy still, while a producer's reservation usually succeeds.
-        optimistic = guarded and key in self._refused
+        optimistic = guarded and bool(refused) and key in refused
         try:
             results = self._operate_once(key, operations, condition, generation, writes, optimistic)
         except StaleSnapshot:  # another process wrote first: evaluate again, holding the writer lock
@@ -404,8 +412,8 @@ class EmbeddedBackend(Backend):
                     self._refused.clear()
                 self._refused.add(key)
             raise
-        if guarded:
-            self._refused.discard(key)
+        if optimistic:
+            refused.discard(key)
         return results
 
     def _operate_once(

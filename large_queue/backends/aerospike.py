@@ -48,6 +48,7 @@ from large_queue.backends._base import (
     RecordKey,
     Write,
     WriteMode,
+    check_bin_names,
 )
 
 # Aerospike result code -> error class. Codes not listed fall back by category.
@@ -349,19 +350,29 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
         "val": op.count,
     },
     ReadSinceUpdate: lambda op: expression_operations.expression_read(op.bin, _READ_SINCE_UPDATE),
-    Evaluate: lambda op: expression_operations.expression_read(
-        op.bin, compile_expression(op.expression, op.values)
-    ),
-    Compute: lambda op: expression_operations.expression_write(
-        op.bin, compile_expression(op.expression, op.values)
-    ),
+    # an expression's template is compiled once; its values are put in at each command (see _built)
+    Evaluate: lambda op: {
+        "op": aerospike.OP_EXPR_READ,
+        "bin": op.bin,
+        "expr": compile_expression(op.expression, op.values),
+        "expr_flags": aerospike.EXP_READ_DEFAULT,
+    },
+    Compute: lambda op: {
+        "op": aerospike.OP_EXPR_WRITE,
+        "bin": op.bin,
+        "expr": compile_expression(op.expression, op.values),
+        "expr_flags": aerospike.EXP_WRITE_DEFAULT,
+    },
     MapGet: lambda op: map_operations.map_get_by_key(op.bin, op.key, aerospike.MAP_RETURN_VALUE),
     LogPut: _log_put,
 }
 
 
-#: operations whose dictionaries hold compiled expressions (kept per operation object: see _built)
-_EXPRESSION_OPERATIONS = frozenset({ReadSinceUpdate, Evaluate, Compute, LogPut})
+#: operations whose dictionaries hold compiled expressions (kept per operation object: see _built).
+#: Evaluate and Compute are not among them: made per command with their values (a quick take's
+#: new head), each would take a place in the cache for one use, so their dictionaries are made
+#: at each command from the template compiled once, as cheaply as a lookup.
+_EXPRESSION_OPERATIONS = frozenset({ReadSinceUpdate, LogPut})
 
 # id of an operations tuple -> (the tuple, its operation dictionaries): tuples are built once (constants)
 _BUILT: dict[int, tuple[Sequence[Operation], list[dict[str, Any]]]] = {}
@@ -627,6 +638,7 @@ class AerospikeBackend(Backend):
         if generation is not None:
             policy["gen"] = aerospike.POLICY_GEN_EQ
             meta = {"gen": generation}
+        check_bin_names(bins)  # the client's own refusal of a name that is not a str reads "unavailable"
         self._count()
         with mapped_errors:
             self.client.put(self._key(key), bins, meta=meta, policy=policy)
@@ -642,8 +654,12 @@ class AerospikeBackend(Backend):
         """Apply operations atomically to an existing record; return the reads."""
         arguments = self._operate_arguments(key, operations, condition, generation)
         self._count()
-        with mapped_errors:
-            _, _, bins = self.client.operate(*arguments)
+        try:
+            with mapped_errors:
+                _, _, bins = self.client.operate(*arguments)
+        except errors.BackendUsageError:
+            check_bin_names(op.bin for op in operations)  # named as the embedded store names it
+            raise
         return bins or {}
 
     def operation(

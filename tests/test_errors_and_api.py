@@ -12,7 +12,8 @@ from aerospike import exception as aerospike_exception
 import large_queue
 from large_queue import errors
 from large_queue.backends import connect
-from large_queue.backends.aerospike import compile_condition, translate
+from large_queue.backends._aerospike_compile import compile_condition
+from large_queue.backends.aerospike import translate
 from large_queue.backends.conditions import (
     UNKNOWN,
     BinExists,
@@ -115,6 +116,7 @@ def test_public_functions_have_docstrings() -> None:
     import large_queue._txn
     import large_queue.appends._prefix
     import large_queue.appends._reader
+    import large_queue.backends._aerospike_compile
     import large_queue.backends.aerospike
     import large_queue.backends.embedded
     import large_queue.backends.faults
@@ -137,6 +139,7 @@ def test_public_functions_have_docstrings() -> None:
         large_queue.backends,
         large_queue.backends.embedded,
         large_queue.backends.aerospike,
+        large_queue.backends._aerospike_compile,
         large_queue.backends.conditions,
         large_queue.backends.faults,
         large_queue.cli,

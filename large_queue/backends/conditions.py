@@ -3,7 +3,7 @@
 The queue algorithm states its guards ("the lock is free or expired", "this
 holder still holds the lock", "no newer fencing token wrote this record") as
 trees of these nodes. The Aerospike backend compiles a tree to a filter
-expression (``aerospike_helpers.expressions``); the embedded backend evaluates
+expression (:mod:`._aerospike_compile`); the embedded backend evaluates
 it against the stored record (:func:`evaluate`), compiled once into nested
 closures, so that a command does not walk the tree. Semantics follow Aerospike's: a bin that is
 missing or of another type makes the comparison *unknown*, and a condition

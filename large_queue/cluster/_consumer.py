@@ -28,12 +28,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from large_queue import _records as rec
 from large_queue import _retention, errors
-from large_queue._entries import NATIVE, decode_entry
+from large_queue._entries import MSGPACK, NATIVE, decode_entry
 from large_queue._frozen import frozen
+from large_queue._msgpack import unpack
 from large_queue._read_ahead import ReadAhead
 from large_queue._waiting import IdlePoller
 from large_queue.appends._prefix import settle_plain
@@ -218,13 +219,11 @@ class Consumer:
         redelivered. A delivery whose write stays in doubt delivers nothing
         (logged): its entries come again, marked redelivered if it applied.
         """
-        messages = self._receive(max_entries, timeout, auto_ack=False)
-        return [m for m in messages if isinstance(m, Message)]
+        return cast("list[Message]", self._receive(max_entries, timeout, auto_ack=False))  # no Entry
 
     def dequeue(self, max_entries: int = 1, *, timeout: float | None = None) -> list[Entry]:
         """Deliver and consume at once (at most once, like ``Queue.dequeue``). 2 round trips."""
-        entries = self._receive(max_entries, timeout, auto_ack=True)
-        return [e for e in entries if isinstance(e, Entry)]
+        return cast("list[Entry]", self._receive(max_entries, timeout, auto_ack=True))  # no Message
 
     def __iter__(self) -> Iterator[Message]:
         while not self._closed.is_set():
@@ -274,7 +273,8 @@ class Consumer:
 
     def _current(self, messages: list[Message]) -> list[Message]:
         """``messages``, checked to be this ownership's latest deliveries (else raise)."""
-        stale = [m.offset for m in messages if m.epoch != self._epoch]
+        epoch, inflight = self._epoch, self._inflight
+        stale = [m.offset for m in messages if m.epoch != epoch]
         if stale or not self._owning:
             raise errors.OwnershipLostError(
                 f"node {self.node_id!r} cannot settle offsets {stale or [m.offset for m in messages]}:"
@@ -283,9 +283,7 @@ class Consumer:
                 queue=self.queue.name,
                 node_id=self.node_id,
             )
-        again = [
-            m.offset for m in messages if self._inflight.get(m.offset, m.delivery_count) != m.delivery_count
-        ]
+        again = [m.offset for m in messages if inflight.get(m.offset, m.delivery_count) != m.delivery_count]
         if again:
             raise errors.DeliveryExpiredError(
                 f"offsets {again} of queue {self.queue.name!r} were delivered again since these messages"
@@ -402,8 +400,9 @@ class Consumer:
         lost_again: set[int] = set()
         cutoff = _retention.expired_before(self.queue, self.queue.store_clock)
         expired = 0
+        queue_head, dead_letters, epoch, group = self._queue_head, self.dead_letters, self._epoch, self.group
         for offset in [*redeliver, *fresh]:
-            if offset < self._queue_head:
+            if offset < queue_head:
                 continue  # counted as lost above
             entry = known.get(offset)
             if entry is None:  # not settled above (a redelivery, a locked queue's entry): from its slot
@@ -424,9 +423,7 @@ class Consumer:
                 expired += 1
                 lost_again.add(offset)
                 continue
-            if self.dead_letters is not None and (
-                offset in self._dead or count > self.dead_letters.max_deliveries
-            ):
+            if dead_letters is not None and (offset in self._dead or count > dead_letters.max_deliveries):
                 inflight[offset] = count - 1  # moved after this commit (see _move_dying)
                 self._dying.append((offset, entry[0], entry[1], count - 1))
                 continue
@@ -440,8 +437,8 @@ class Consumer:
                 fields["value"] = entry[0]
                 fields["enqueued_at_ms"] = entry[1]
                 fields["delivery_count"] = count
-                fields["epoch"] = self._epoch
-                fields["group"] = self.group
+                fields["epoch"] = epoch
+                fields["group"] = group
                 fields["consumer"] = self
                 delivered.append(message)
         if settled_end is not None:
@@ -714,6 +711,11 @@ def _decoded(encoding: str, entries: list[tuple[int, Any, int]]) -> dict[int, tu
     """
     if encoding == NATIVE:
         return {offset: (value, at) for offset, value, at in entries}
+    if encoding == MSGPACK:  # the default: one loop, no call per entry but msgspec's
+        try:
+            return {offset: (unpack(value), at) for offset, value, at in entries}
+        except (ValueError, TypeError):  # not bytes, or not msgpack: the loop below leaves it out
+            pass
     known: dict[int, tuple[Any, int]] = {}
     for offset, value, at in entries:
         try:

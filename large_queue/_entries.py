@@ -70,6 +70,19 @@ class _Refused(Exception):
         self.path: list[str] = []
 
 
+def unstorable(value: Any) -> str | None:
+    """Why Aerospike would not keep ``value`` as it is (None if it would), checked as a native entry is.
+
+    For a bin's value: the stores refuse it (a tuple, a set, an int past 64
+    bits, a map with float keys, a str holding a NUL) rather than change it.
+    """
+    try:
+        _check_value(value, False, True, 0)
+    except _Refused as refused:
+        return f"{''.join(reversed(refused.path))} {refused.problem}"
+    return None
+
+
 def _check_value(value: Any, as_json: bool, cuts_nul: bool, depth: int) -> None:
     """Raise ``_Refused`` for the first part of ``value`` that cannot be stored.
 
@@ -83,6 +96,7 @@ def _check_value(value: Any, as_json: bool, cuts_nul: bool, depth: int) -> None:
     if kind is list or kind is dict:
         _check_depth(depth)
         is_dict = kind is dict
+        passed = None  # the last part checked: a list of one object repeated ([[-1]] * 100) costs one call
         for label, item in value.items() if is_dict else enumerate(value):
             if is_dict and (type(label) is not str or (cuts_nul and "\x00" in label)):
                 _check_key(label, as_json)  # a plain str key needs no call
@@ -91,11 +105,14 @@ def _check_value(value: Any, as_json: bool, cuts_nul: bool, depth: int) -> None:
                 continue
             if item_kind is int and INT64_MIN <= item <= INT64_MAX:
                 continue
+            if item is passed:
+                continue
             try:
                 _check_value(item, as_json, cuts_nul, depth + 1)
             except _Refused as refused:
                 refused.path.append(f"[{label!r}]")
                 raise
+            passed = item
         return
     if kind is str:
         if cuts_nul and "\x00" in value:

@@ -98,6 +98,38 @@ def test_condition_on_time_since_update_uses_store_clock(store: Store, key: Reco
         backend.operate(key, [Write("x", 2)], condition=gt(SinceUpdateMs(), IntBin("ttl")))
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ((1, 2), "is a tuple"),
+        ({1, 2}, "is a set"),
+        (object(), "is a object"),
+        (2**70, "does not fit a signed 64-bit integer"),
+        ({1.5: 2}, "a key of type float"),  # Aerospike's client would store the map empty
+        ("a\x00b", "NUL"),  # Aerospike would keep "a"
+        ([{"k": ("nested",)}], "[0]['k'] is a tuple"),
+    ],
+)
+def test_a_put_refuses_values_a_store_would_change(
+    store: Store, key: RecordKey, value: object, problem: str
+) -> None:
+    backend = store.backend
+    backend.put(key, {"kept": 1})
+    with pytest.raises(errors.BackendUsageError, match="bin 'bad'") as refused:
+        backend.put(key, {"kept": 2, "bad": value})
+    assert problem in str(refused.value)
+    assert backend.get(key).bins == {"kept": 1}  # type: ignore[union-attr]
+
+
+def test_an_operation_writing_what_no_bin_holds_is_a_usage_error(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    backend.put(key, {"kept": 1})
+    for value in (object(), 2**70):
+        with pytest.raises(errors.BackendUsageError):
+            backend.operate(key, [Write("kept", 2), Write("bad", value)])
+    assert backend.get(key).bins == {"kept": 1}  # type: ignore[union-attr]
+
+
 def test_bin_names_and_record_size_limit(store: Store, key: RecordKey) -> None:
     backend = store.backend
     with pytest.raises(errors.BinNameError):

@@ -71,6 +71,20 @@ def test_client_exceptions_map_to_our_tree(client_class: str, expected: type) ->
     assert "server said no" in str(mapped)
 
 
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Unable to serialize unknown Python native type.", errors.BackendUsageError),  # a value no bin holds
+        ("Failed to deserialize the record", errors.CorruptRecordError),
+        ("Failed to connect", errors.BackendUnavailableError),
+    ],
+)
+def test_a_client_error_is_told_apart_by_what_failed(message: str, expected: type) -> None:
+    mapped = translate(aerospike_exception.ClientError(-1, message, "file.c", 1, False))
+    assert type(mapped) is expected
+    assert message in str(mapped)
+
+
 def test_translation_reads_the_error_itself_not_its_class() -> None:
     """The client keeps the last raised error's details on the class: they must not leak into another's."""
     cls = aerospike_exception.RecordNotFound

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
+from large_queue._entries import unstorable
 from large_queue.backends.conditions import Condition
 
 MAX_BIN_NAME_BYTES = 15
@@ -29,6 +30,24 @@ def check_bin_names(names: Iterable[Any]) -> None:
         if type(name) is not str or not name or len(name.encode()) > MAX_BIN_NAME_BYTES:
             raise errors.BinNameError(
                 f"bin name {name!r} must be a str of 1 to {MAX_BIN_NAME_BYTES} bytes", code=21, in_doubt=False
+            )
+
+
+def check_bin_values(key: RecordKey, bins: dict[str, Any]) -> None:
+    """``BackendUsageError`` for the first value of ``bins`` that a store would change or refuse.
+
+    The same rule on both stores, before anything is sent: Aerospike's
+    client refuses some such values and keeps others changed (a map with a
+    float key comes back empty, a str is cut at a NUL), while msgpack would
+    keep a tuple as a list. None is not a value: it deletes the bin. An
+    operation's values are the caller's to check (the queue checks its
+    entries before it writes them); one that no bin can hold at all is a
+    ``BackendUsageError`` from either store.
+    """
+    for name, value in bins.items():
+        if value is not None and (problem := unstorable(value)) is not None:
+            raise errors.BackendUsageError(
+                f"bin {name!r} of record {key.set_name}/{key.user_key}{problem}", code=-2, in_doubt=False
             )
 
 

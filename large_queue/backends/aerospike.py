@@ -40,6 +40,7 @@ from large_queue.backends._base import (
     RecordKey,
     WriteMode,
     check_bin_names,
+    check_bin_values,
 )
 
 # Aerospike result code -> error class. Codes not listed fall back by category.
@@ -85,8 +86,11 @@ def translate(exc: BaseException) -> errors.BackendError:
     message = _attribute(exc, "msg", 1) or str(exc)
     in_doubt = bool(_attribute(exc, "in_doubt", 4))
     cls = _ERROR_BY_CODE.get(code) if isinstance(code, int) else None
-    if "deserialize" in str(message).lower():  # the client could not decode what a record holds
+    lowered = str(message).lower()
+    if "deserialize" in lowered:  # the client could not decode what a record holds
         cls = errors.CorruptRecordError
+    elif "serialize" in lowered:  # a value no bin holds (a client error, -1, not the server's absence)
+        cls = errors.BackendUsageError
     if cls is None:
         if isinstance(exc, aerospike_exception.TimeoutError):
             cls = errors.BackendTimeoutError
@@ -327,6 +331,7 @@ class AerospikeBackend(Backend):
             policy["gen"] = aerospike.POLICY_GEN_EQ
             meta = {"gen": generation}
         check_bin_names(bins)  # the client's own refusal of a name that is not a str reads "unavailable"
+        check_bin_values(key, bins)  # as the embedded store refuses them (the client keeps some changed)
         self._count()
         with mapped_errors:
             self.client.put(self._key(key), bins, meta=meta, policy=policy)

@@ -264,6 +264,8 @@ def test_bad_operation_arguments(store: Store) -> None:
         queue.enqueue_batch(range(7))
     with pytest.raises(InvalidArgumentError, match="max_entries"):
         queue.dequeue_batch(0)
+    with pytest.raises(InvalidArgumentError, match="node_id"):
+        queue.consumer("node\x00one")  # Aerospike would keep "node"
     assert queue.enqueue("still usable") == 0
 
 

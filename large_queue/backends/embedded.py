@@ -37,6 +37,7 @@ except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
     fcntl = None  # type: ignore[assignment]
 
 from large_queue import errors
+from large_queue._frozen import frozen
 from large_queue._msgpack import pack, unpack
 from large_queue.backends._base import (
     READ_OPERATIONS,
@@ -313,7 +314,7 @@ class EmbeddedBackend(Backend):
     def _clock_for(self, updated_ns: int, now_ns: int | None = None) -> Clock:
         """The store's clock for a command on a record last written at ``updated_ns``."""
         now = self.clock() if now_ns is None else now_ns
-        return Clock(now_ms=now // 1_000_000, since_update_ms=(now - updated_ns) // 1_000_000)
+        return frozen(Clock, now_ms=now // 1_000_000, since_update_ms=(now - updated_ns) // 1_000_000)
 
     def _transaction(self, write: bool) -> Transaction:
         return Transaction(self, write)

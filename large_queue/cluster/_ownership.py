@@ -109,9 +109,9 @@ class Ownership:
     """The ownership records of one queue, seen by one node."""
 
     def __init__(self, queue: Queue, node_id: str, *, timeout: float, group: str | None = None) -> None:
-        if not isinstance(node_id, str) or not 0 < len(node_id) <= MAX_NODE_ID_CHARS:
+        if not isinstance(node_id, str) or not 0 < len(node_id) <= MAX_NODE_ID_CHARS or "\x00" in node_id:
             raise errors.InvalidArgumentError(
-                f"node_id must be a string of 1 to {MAX_NODE_ID_CHARS} characters, got {node_id!r}"
+                f"node_id must be a string of 1 to {MAX_NODE_ID_CHARS} characters and no NUL, got {node_id!r}"
             )
         self.queue = queue
         self.backend = queue.backend
@@ -122,6 +122,8 @@ class Ownership:
         self.owner_key = keys.owner
         self.nodes_key = keys.nodes
         self.node_key = keys.node
+        self._owner_is_me = Write(OWNER, node_id)  # in every owner write: made once
+        self._guard: tuple[int, Condition] | None = None  # the guard of the epoch last written under
 
     # --- joining and heartbeats ---------------------------------------------------
 
@@ -276,22 +278,20 @@ class Ownership:
         ``counts`` are a group's other bins to write with it (``lost``,
         ``dead``, ``dead_lettered``).
         """
-        self._owner_write(
-            epoch,
-            [
-                Write(OWNER, self.node_id),
-                Write(CURSOR, cursor),
-                Write(INFLIGHT, inflight),
-                *(Write(name, value) for name, value in counts.items()),
-            ],
-        )
+        operations = [self._owner_is_me, Write(CURSOR, cursor), Write(INFLIGHT, inflight)]
+        if counts:
+            operations += [Write(name, value) for name, value in counts.items()]
+        self._owner_write(epoch, operations)
 
     def keep_alive(self, epoch: int) -> None:
         """Heartbeat as owner: rewrite the owner record, only while owning ``epoch``."""
-        self._owner_write(epoch, [Write(OWNER, self.node_id)])
+        self._owner_write(epoch, [self._owner_is_me])
 
     def _mine(self, epoch: int) -> Condition:
-        return Bound(_MINE, {"node": self.node_id, "epoch": epoch})
+        guard = self._guard  # one tuple, replaced whole: threads sharing the node read a consistent one
+        if guard is None or guard[0] != epoch:
+            guard = self._guard = (epoch, Bound(_MINE, {"node": self.node_id, "epoch": epoch}))
+        return guard[1]
 
     def _owner_write(self, epoch: int, operations: list[Any]) -> None:
         try:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from large_queue import _receipts, _retention, errors
+from large_queue import _locked, _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import Entry
 from large_queue._frozen import frozen
@@ -263,8 +263,8 @@ def read_settled(
     read = None  # what the common read found, read ahead
     if settled is None and got is None and head < stop <= head + per_record - first:  # the common read
         count = queue.read_ahead.next_read(head, stop - head, first, per_record, grant.tail)
-        grant, read = queue._buffer_command(
-            grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, count)
+        grant, read = _locked.buffer_command(
+            queue, grant, queue.shape.record_of(head), [], read=ListGetRange(rec.SLOTS, first, count)
         )
         got = read[: stop - head]
         if len(got) != stop - head:  # a short slot list: let settle name the first missing slot
@@ -291,8 +291,8 @@ def _read_slots(queue: Queue, grant: LockGrant, head: int, stop: int) -> tuple[L
     for record, runs in shape.runs(head, stop).items():
         first = min(shape.slot_of(run.start) for run in runs)
         last = max(shape.slot_of(run[-1]) for run in runs)
-        grant, got = queue._buffer_command(
-            grant, record, [], read=ListGetRange(rec.SLOTS, first, last - first + 1)
+        grant, got = _locked.buffer_command(
+            queue, grant, record, [], read=ListGetRange(rec.SLOTS, first, last - first + 1)
         )
         for run in runs:
             start = shape.slot_of(run.start) - first
@@ -317,12 +317,9 @@ def read_entries(queue: Queue, grant: LockGrant, max_entries: int) -> tuple[Lock
     for record, runs in by_record.items():
         first = min(shape.slot_of(run.start) for run in runs)
         last = max(shape.slot_of(run[-1]) for run in runs)
-        erase = [
-            queue._slot_writes(shape.slot_of(run.start), [None] * len(run))
-            for run in erasable.get(record, ())
-        ]
-        grant, slots = queue._buffer_command(
-            grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
+        erase = _locked.erasures(queue, erasable.get(record, []))
+        grant, slots = _locked.buffer_command(
+            queue, grant, record, erase, read=ListGetRange(rec.SLOTS, first, last - first + 1)
         )
         for run in runs:
             index = shape.slot_of(run.start) - first

@@ -16,7 +16,8 @@ metadata record keeps ``erased_below``, written by each dequeue's commit.
 A dequeued value therefore stays in the store at most until the next dequeue
 from its record or until its slot is reused, and a dequeue sends only the
 erasures it newly makes (a run of slots is one range operation). The
-dequeues themselves live in :mod:`large_queue._dequeue`.
+dequeues themselves live in :mod:`large_queue._dequeue`, the fenced buffer
+commands under the lock in :mod:`large_queue._locked`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from large_queue import _dequeue, _lifecycle, _receipts, _retention, errors
+from large_queue import _dequeue, _lifecycle, _locked, _receipts, _retention, errors
 from large_queue import _records as rec
 from large_queue._entries import (
     DEFAULT_ENCODING,
@@ -47,18 +48,15 @@ from large_queue._read_ahead import ReadAhead
 from large_queue._stats import Counters, QueueStats
 from large_queue._txn import txn_id as _txn_id
 from large_queue._waiting import IdlePoller
-from large_queue.appends import Appender, slot_writes
+from large_queue.appends import Appender
 from large_queue.appends._prefix import HoleWatch
 from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
     Backend,
     ListGetRange,
-    Operation,
-    RecordKey,
     connect,
 )
-from large_queue.backends.conditions import Condition
-from large_queue.fencing import DEFAULT_COUNTER_LIMIT, mark, no_newer_writer, same_queue
+from large_queue.fencing import DEFAULT_COUNTER_LIMIT
 from large_queue.lock import LockGrant, LockPolicy, QueueLock
 from large_queue.producer import DEFAULT_MAX_BATCH
 
@@ -68,8 +66,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("large_queue")
 
-#: tries of an (idempotent) buffer command that times out
-BUFFER_ATTEMPTS = 3
 #: how new queues append unless told otherwise
 DEFAULT_APPENDS = rec.RESERVED_APPENDS
 
@@ -414,8 +410,8 @@ class Queue:
         with self.lock.holding(txn, receipt=mine) as grant:
             if grant.receipt is not None:
                 return self._repeated(grant, _receipts.ENQUEUE, count).offsets
-            grant, new_head, new_tail = self._write_entries(
-                grant, values, overwrite_if_full=overwrite_if_full
+            grant, new_head, new_tail = _locked.write_entries(
+                self, grant, values, overwrite_if_full=overwrite_if_full
             )
             offsets = range(new_tail - count, new_tail)
             put = self.receipts.committed(txn, _receipts.ENQUEUE, offsets) if mine else None
@@ -446,31 +442,6 @@ class Queue:
         :class:`large_queue.Outcome`.
         """
         return _receipts.outcome(self, _txn_id(txn_id), within)
-
-    def _write_entries(
-        self, grant: LockGrant, values: list[Any], *, overwrite_if_full: bool
-    ) -> tuple[LockGrant, int, int]:
-        """The middle step of an enqueue: write the slots, one command per record.
-
-        Returns the (possibly renewed) grant and the head and tail to commit.
-        """
-        head, tail = grant.head, grant.tail
-        count = len(values)
-        if tail + count - head > self.capacity and not overwrite_if_full:
-            raise errors.QueueFullError(
-                f"queue {self.name!r} has {self.capacity - (tail - head)} free slots,"
-                f" {count} requested (capacity {self.capacity})",
-                queue=self.name,
-            )
-        new_tail = tail + count
-        now_ms = grant.now_ms  # the store's clock, not this machine's
-        for record, runs in self.shape.runs(tail, new_tail).items():
-            writes = [
-                self._slot_writes(self.shape.slot_of(run.start), [[o, values[o - tail], now_ms] for o in run])
-                for run in runs
-            ]
-            grant, _ = self._buffer_command(grant, record, writes, read=None)
-        return grant, max(head, new_tail - self.capacity), new_tail
 
     def producer(
         self,
@@ -754,85 +725,3 @@ class Queue:
         if metadata.incarnation != self.incarnation:
             raise self.lock.replaced_error(created_again=True)
         return metadata
-
-    # --- buffer access under the lock ------------------------------------------------------
-
-    def _slot_writes(self, first_slot: int, slots: list[Any]) -> Operation:
-        """The operation that sets a run of slots (see :func:`large_queue.appends.slot_writes`)."""
-        return slot_writes(first_slot, slots, self.shape.slots_per_record)
-
-    def _buffer_command(
-        self, grant: LockGrant, record: int, writes: list[Operation], *, read: ListGetRange | None
-    ) -> tuple[LockGrant, list[Any]]:
-        """One command on a buffer record under the lock, renewing the lock first when due.
-
-        Renews when half the lock TTL has passed (long batches). Returns the
-        (possibly renewed) grant and the slots read.
-        """
-        if time.monotonic() - grant.acquired_at > self.lock_ttl / 2:
-            grant = self.lock.renew(grant)
-        return grant, self._fenced_command(grant, record, writes, read=read)
-
-    def _fenced_command(
-        self, grant: LockGrant, record: int, writes: list[Operation], *, read: ListGetRange | None
-    ) -> list[Any]:
-        """Fenced writes, then a read, on one buffer record; returns the slots read.
-
-        ``LockLostError`` if a later holder's token has written the record.
-        """
-        operations: list[Operation] = [*writes, *mark(grant.token)] if writes else []
-        if read is not None:
-            operations.append(read)
-        if writes:
-            guard: Condition | None = no_newer_writer(grant.token, self.incarnation)
-        else:
-            guard = None if self.incarnation is None else same_queue(self.incarnation)
-        try:
-            result = self._retrying_timeouts(self.keys.buffer(record), operations, guard)
-        except errors.ConditionNotMetError:
-            replaced = self.lock.replaced()
-            if replaced is not None:
-                raise replaced from None
-            self.counters.add(fencing_refusals=1, locks_lost=1)
-            raise errors.LockLostError(
-                f"txn {grant.txn_id!r} lost the lock of queue {self.name!r}: a later holder"
-                f" (token > {grant.token}) has written buffer record {record}; nothing was committed",
-                queue=self.name,
-                txn_id=grant.txn_id,
-            ) from None
-        except errors.RecordNotFoundError:
-            raise self.lock.replaced() or errors.CorruptQueueError(
-                f"buffer record {record} of queue {self.name!r} is missing", queue=self.name
-            ) from None
-        except errors.CorruptRecordError as exc:
-            raise errors.CorruptQueueError(
-                f"buffer record {record} of queue {self.name!r} cannot be read ({exc}); its other records"
-                " can (large-queue check names what is damaged)",
-                queue=self.name,
-                record=record,
-            ) from exc
-        slots: list[Any] = result.get(rec.SLOTS, [])
-        if read is not None and not isinstance(slots, list):
-            raise errors.CorruptQueueError(
-                f"buffer record {record} of queue {self.name!r} has no slot list", queue=self.name
-            )
-        return slots
-
-    def _retrying_timeouts(
-        self, key: RecordKey, operations: list[Operation], guard: Condition | None
-    ) -> dict[str, Any]:
-        """Run an idempotent buffer command, repeating it if it times out.
-
-        A buffer command sets slots and fencing marks to absolute values, so
-        applying it twice is the same as once; nothing it does is visible
-        before the commit. Other errors are not retried.
-        """
-        for attempt in range(1, BUFFER_ATTEMPTS + 1):
-            self.counters.add(commands=1)
-            try:
-                return self.backend.operate(key, operations, condition=guard)
-            except errors.BackendTimeoutError:
-                if attempt == BUFFER_ATTEMPTS:
-                    raise
-                self.counters.add(timeouts_repeated=1)
-        raise AssertionError("BUFFER_ATTEMPTS must be positive")

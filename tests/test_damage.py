@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue import CorruptQueueError, Queue, QueueNotFoundError, connect
+from large_queue import CorruptQueueError, Queue, QueueNotFoundError, _locked, connect
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSetRange
@@ -49,7 +49,7 @@ def test_a_queue_deleted_under_an_operation_in_progress_is_reported_as_gone(stor
     grant = queue.lock.try_acquire("A")  # an enqueue in another process, between its steps
     Queue.delete(store.backend, queue.name)
     with pytest.raises(QueueNotFoundError):
-        queue._fenced_command(grant, 0, [ListSetRange(rec.SLOTS, 0, [[0, "x", 0]])], read=None)
+        _locked.fenced_command(queue, grant, 0, [ListSetRange(rec.SLOTS, 0, [[0, "x", 0]])], read=None)
     with pytest.raises(QueueNotFoundError):
         queue.lock.commit(grant, tail=1)
     with pytest.raises(QueueNotFoundError):

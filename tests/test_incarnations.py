@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from large_queue import Queue, QueueNotFoundError
+from large_queue import Queue, QueueNotFoundError, _locked
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSetRange
@@ -57,7 +57,7 @@ def test_a_holder_paused_across_a_delete_and_create_cannot_write_into_the_new_qu
     new = _created_again(store, stale, capacity=6, slots_per_record=3)
     new.enqueue("new's own")  # ...whose token is larger than anything the new queue has issued
     with pytest.raises(QueueNotFoundError, match="nothing was written"):
-        stale._fenced_command(grant, 0, [ListSetRange(rec.SLOTS, 0, [[0, "ghost", 0]])], read=None)
+        _locked.fenced_command(stale, grant, 0, [ListSetRange(rec.SLOTS, 0, [[0, "ghost", 0]])], read=None)
     with pytest.raises(QueueNotFoundError):
         stale.lock.commit(grant, tail=grant.tail + 1)
     _untouched(new, ["new's own"])

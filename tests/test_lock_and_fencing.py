@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue
+from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, _locked
 from large_queue import _records as rec
 from large_queue.backends import ListSetRange
 from large_queue.fencing import FencingToken
@@ -54,7 +54,9 @@ def test_stale_writer_is_fenced_and_cannot_commit(store: Store) -> None:
     # A resumes (it had decided its lock needed no renewal before it paused):
     # its write to record 0 carries an older token and is refused.
     with pytest.raises(LockLostError, match="later holder"):
-        queue._fenced_command(stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's entry", 0]])], read=None)
+        _locked.fenced_command(
+            queue, stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's entry", 0]])], read=None
+        )
     with pytest.raises(LockLostError):
         queue.lock.commit(stale, tail=1)
     assert queue.get(0).value == "B's entry"  # type: ignore[union-attr]
@@ -79,7 +81,7 @@ def test_stale_writer_on_an_untouched_record_stays_invisible(store: Store) -> No
     store.advance(TTL * 2)
     queue.enqueue("B", txn_id="B")  # record 0
     # A writes record 1 (nobody newer touched it): allowed, but beyond the tail.
-    queue._fenced_command(stale, 1, [ListSetRange(rec.SLOTS, 0, [[3, "ghost", 0]])], read=None)
+    _locked.fenced_command(queue, stale, 1, [ListSetRange(rec.SLOTS, 0, [[3, "ghost", 0]])], read=None)
     assert queue.get(3) is None
     queue.enqueue_batch(["c", "d", "e"])  # offsets 1..3: record 1 slot 0 is rewritten
     assert [e.value for e in queue.dequeue_batch(10)] == ["B", "c", "d", "e"]
@@ -103,5 +105,5 @@ def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
         txn_id="A", token=FencingToken(0, 2), head=stale.head, tail=stale.tail, acquired_at=stale.acquired_at
     )
     with pytest.raises(LockLostError):
-        queue._fenced_command(old_epoch, 0, [ListSetRange(rec.SLOTS, 0, [[0, "old", 0]])], read=None)
+        _locked.fenced_command(queue, old_epoch, 0, [ListSetRange(rec.SLOTS, 0, [[0, "old", 0]])], read=None)
     assert [e.value for e in wrapping.dequeue_batch(10)] == [0, 1, 2, 3, 4]

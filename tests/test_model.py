@@ -31,7 +31,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from large_queue import InvalidArgumentError, LockLostError, Queue, QueueFullError, _dequeue
+from large_queue import InvalidArgumentError, LockLostError, Queue, QueueFullError, _dequeue, _locked
 from large_queue.lock import LockGrant, _Busy
 from tests.fix_backends import Store
 
@@ -221,8 +221,8 @@ class InterleavingMachine(RuleBasedStateMachine):
         current = pending.grant.token == self.holder
         try:
             if pending.kind == "enqueue":
-                grant, pending.new_head, pending.new_tail = self.queue._write_entries(
-                    pending.grant, pending.values, overwrite_if_full=False
+                grant, pending.new_head, pending.new_tail = _locked.write_entries(
+                    self.queue, pending.grant, pending.values, overwrite_if_full=False
                 )
             else:
                 grant, entries, skipped, pending.new_head = _dequeue.read_entries(

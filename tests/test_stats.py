@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, QueueStats
+from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, QueueStats, _locked
 from large_queue import _records as rec
 from large_queue.backends import ListSetRange
 from tests.fix_backends import Place, Store
@@ -49,7 +49,7 @@ def test_waits_breaks_and_fencing_refusals_are_counted(store: Store) -> None:
     waiting.enqueue("after A", txn_id="B")  # B breaks A's lock and writes record 0
     assert waiting.stats().locks_broken == 1
     with pytest.raises(LockLostError):
-        queue._fenced_command(stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's", 0]])], read=None)
+        _locked.fenced_command(queue, stale, 0, [ListSetRange(rec.SLOTS, 0, [[0, "A's", 0]])], read=None)
     assert (queue.stats().fencing_refusals, queue.stats().locks_lost) == (1, 1)
     with pytest.raises(LockLostError):
         queue.lock.commit(stale, tail=1)

@@ -112,7 +112,7 @@ def _owning(fill: int) -> Callable[[Queue], contextlib.AbstractContextManager[An
 
     @contextlib.contextmanager
     def opened(queue: Queue) -> Iterator[Any]:
-        with queue.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
+        with queue.consumer("bench", time_slice=3600, timeout=3600, poll_interval=1800) as consumer:
             queue.enqueue_batch([{"n": n} for n in range(fill)])
             yield consumer
 

@@ -113,7 +113,7 @@ def _alternating(place: Path, level: str, per_round: int, encoding: str) -> dict
             connection.execute(f"PRAGMA synchronous={level.upper()}")
         queue = Queue.create(ours, "compared", capacity=2 * per_round, encoding=encoding)
         shared = Queue.create(ours, "shared", capacity=2 * per_round, encoding=encoding)
-        with shared.consumer("bench", time_slice=3600, timeout=3600, poll_interval=3600) as consumer:
+        with shared.consumer("bench", time_slice=3600, timeout=3600, poll_interval=1800) as consumer:
             steps: list[tuple[str, Callable[[], Any]]] = [
                 ("put", lambda: theirs.put(ENTRY)),
                 ("enqueue", lambda: queue.enqueue(ENTRY)),

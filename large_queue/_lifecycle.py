@@ -51,6 +51,21 @@ def positive_int(name: str, value: object) -> int:
     return value
 
 
+def seconds(name: str, value: object, *, most: float = 86400.0, zero: bool = False) -> float:
+    """``value`` if it is a number of seconds, positive (or 0 with ``zero``) and at most ``most``.
+
+    Else ``InvalidArgumentError`` naming ``name``: a bool, a string, NaN or
+    infinity is refused, not turned into an ``OverflowError`` or a spin later.
+    """
+    number = value if type(value) in (int, float) else math.nan
+    if not (number >= 0 if zero else number > 0) or not number <= most:  # type: ignore[operator]
+        least = ">= 0" if zero else "> 0"
+        raise errors.InvalidArgumentError(
+            f"{name} must be a number of seconds {least} and <= {most:g}, got {value!r}"
+        )
+    return float(number)  # type: ignore[arg-type]
+
+
 def create(
     backend: Backend,
     name: str,

@@ -250,7 +250,7 @@ def test_owner_needs_no_lock_and_few_round_trips(place: Place, appends: str) -> 
     queue = Queue.create(backend, place.name("q"), capacity=400, slots_per_record=100, appends=appends)
     for start in range(0, 300, 100):  # a batch per buffer record: none spans records (see test_appends)
         queue.enqueue_batch(range(start, start + 100))
-    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=30) as consumer:
         assert consumer.owning
         before = backend.commands
         assert [e.value for e in consumer.dequeue(1)] == [0]
@@ -276,7 +276,7 @@ def test_an_owner_reads_ahead_and_then_delivers_with_one_command_each(place: Pla
     backend = place.connect()
     queue = Queue.create(backend, place.name("q"), capacity=200, slots_per_record=100, appends=appends)
     queue.enqueue_batch(range(100))
-    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=30) as consumer:
         assert [e.value for e in consumer.dequeue(1)] == [0]  # its read takes the metadata record too
         before = backend.commands
         taken = [e.value for _ in range(2 * READ_AHEAD) for e in consumer.dequeue(1)]
@@ -298,7 +298,7 @@ def test_a_hole_ends_what_an_owner_reads_ahead_and_is_read_again(place: Place) -
     queue.enqueue_batch(range(5))
     hole = queue.appender.reserve(1, overwrite=False)  # offset 5: reserved, not yet published
     queue.enqueue_batch([6, 7])
-    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=30) as consumer:
         taken = [e.value for _ in range(5) for e in consumer.dequeue(1)]
         assert taken == list(range(5))  # 1..4 from one read, which found 5 unpublished
         assert consumer.dequeue(1) == []  # read again: still a hole, and not yet overdue
@@ -314,7 +314,7 @@ def test_an_owner_never_delivers_a_slot_written_past_the_tail(place: Place) -> N
     queue.enqueue_batch(range(3))
     # a stale writer's slot past the tail: written under a lock that was lost, never committed
     backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 3, [3, "stale", 0])])
-    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=30) as consumer:
         assert [e.value for _ in range(4) for e in consumer.dequeue(1)] == [0, 1, 2]
         queue.enqueue("three")  # overwrites slot 3 under the lock and commits tail 4
         assert [e.value for e in consumer.dequeue(1)] == ["three"]
@@ -388,11 +388,11 @@ def test_deleting_a_queue_removes_the_shims_records(place: Place) -> None:
     name = place.name("q")
     queue = Queue.create(backend, name, capacity=10, slots_per_record=5)
     queue.enqueue_batch(range(5))
-    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=30) as consumer:
         consumer.ack(consumer.receive(5))
     assert Queue.delete(backend, name)
     assert [backend.get(k) for k in (queue.keys.owner, queue.keys.nodes, queue.keys.node("n1"))] == [None] * 3
     again = Queue.create(backend, name, capacity=10, slots_per_record=5)
     again.enqueue("fresh")
-    with again.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with again.consumer("n1", time_slice=60, timeout=60, poll_interval=30) as consumer:
         assert [m.value for m in consumer.receive(5)] == ["fresh"]  # not the old queue's cursor

@@ -69,7 +69,7 @@ class GroupsMachine(RuleBasedStateMachine):
                 group=group,
                 time_slice=3600,
                 timeout=3600,
-                poll_interval=3600,
+                poll_interval=1800,
                 visibility_timeout=VISIBILITY,
                 max_deliveries=MAX_DELIVERIES,
                 dead_letter=self.dead,

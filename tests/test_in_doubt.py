@@ -144,7 +144,7 @@ def _owner_write(call: Call) -> bool:
 @pytest.mark.parametrize("applied", [True, False])
 def test_owner_writes_of_the_cluster_shim_survive_timeouts(store: Store, applied: bool) -> None:
     backend, shared = _eight_entries_through_faults(store)
-    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=30) as consumer:
         backend.inject(_owner_write, applied=applied)
         messages = consumer.receive(5)
         assert [m.value for m in messages] == [0, 1, 2, 3, 4]
@@ -259,7 +259,7 @@ def test_an_ack_is_not_reported_failed_when_only_the_head_sync_after_it_fails(st
     queue.enqueue_batch(range(120))
     backend = FaultInjectingBackend(store.backend)
     shared = Queue.open(backend, queue.name)
-    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=30) as consumer:
         messages = consumer.receive(110)
         # The ack's owner write applies; the head sync after it (a quarter of the queue acked) then
         # finds its lock commit in doubt, as when the process is paused past the store's timeout.

@@ -65,7 +65,7 @@ def test_a_holder_paused_across_a_delete_and_create_cannot_write_into_the_new_qu
 
 def test_a_stale_consumer_delivers_nothing_from_the_new_queue(store: Store) -> None:
     stale = store.new_queue(capacity=6, slots_per_record=3)
-    consumer = stale.consumer("n1", time_slice=60, timeout=60, poll_interval=60)
+    consumer = stale.consumer("n1", time_slice=60, timeout=60, poll_interval=30)
     new = _created_again(store, stale, capacity=6, slots_per_record=3)
     new.enqueue("new's own")
     with pytest.raises(QueueNotFoundError, match="created again since this"), consumer:
@@ -87,7 +87,7 @@ def test_check_names_a_buffer_record_left_from_another_creation(store: Store) ->
 def test_an_owner_whose_queue_is_created_again_delivers_nothing_from_it(store: Store) -> None:
     stale = store.new_queue(capacity=6, slots_per_record=3)
     stale.enqueue_batch(["old-0", "old-1", "old-2"])
-    with stale.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with stale.consumer("n1", time_slice=60, timeout=60, poll_interval=30) as consumer:
         assert [m.value for m in consumer.receive(1)] == ["old-0"]  # owning, the tail already seen
         new = _created_again(store, stale, capacity=6, slots_per_record=3)
         new.enqueue_batch(["new-0", "new-1"])

@@ -85,7 +85,7 @@ def test_the_stats_command_shows_backlog_and_consumer_lag(
     name = place.name("q")
     queue = Queue.create(place.connect(), name, capacity=10, slots_per_record=5)
     queue.enqueue_batch(range(6))
-    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=60) as consumer:
+    with queue.consumer("n1", time_slice=60, timeout=60, poll_interval=30) as consumer:
         consumer.ack(consumer.receive(2))
         consumer.receive(1)  # delivered, not acked
         assert main(["--url", place.url, "stats", name]) == 0

@@ -34,6 +34,7 @@ from large_queue import _records as rec
 from large_queue import _retention, errors
 from large_queue._entries import MSGPACK, NATIVE, decode_entry
 from large_queue._frozen import frozen
+from large_queue._lifecycle import seconds as checked_seconds
 from large_queue._msgpack import unpack
 from large_queue._read_ahead import ReadAhead
 from large_queue._waiting import IdlePoller
@@ -48,6 +49,11 @@ from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
 _new_object = object.__new__
+#: the longest wait, delay or visibility timeout a consumer takes (seconds): ten years
+_LONGEST = _retention.MAX_AGE_LIMIT
+#: pauses (seconds) before a failed move to the dead-letter queue is tried again: doubling, up to the most
+_MOVE_PAUSE_FIRST = 0.5
+_MOVE_PAUSE_MOST = 60.0
 
 log = logging.getLogger("large_queue.cluster")
 
@@ -92,14 +98,19 @@ class Consumer:
         on_data_loss: str = "report",
         max_poll_interval: float = 0.1,
     ) -> None:
-        if not (time_slice > 0 and timeout > 0 and max_poll_interval > 0):
-            raise errors.InvalidArgumentError("time_slice, timeout and max_poll_interval must be positive")
+        time_slice = checked_seconds("time_slice", time_slice)
+        timeout = checked_seconds("timeout", timeout)
+        max_poll_interval = checked_seconds("max_poll_interval", max_poll_interval)
+        if poll_interval is not None and checked_seconds("poll_interval", poll_interval) > timeout / 2:
+            raise errors.InvalidArgumentError(
+                f"poll_interval must be at most half the timeout ({timeout / 2:g} s), got {poll_interval!r}:"
+                " the owner proves it is alive once a poll, and other nodes take the queue from an owner"
+                " silent for the timeout"
+            )
         if type(max_in_flight) is not int or max_in_flight < 1:
             raise errors.InvalidArgumentError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
-        if visibility_timeout is not None and not visibility_timeout > 0:
-            raise errors.InvalidArgumentError(
-                f"visibility_timeout must be positive seconds or None, got {visibility_timeout!r}"
-            )
+        if visibility_timeout is not None:
+            visibility_timeout = checked_seconds("visibility_timeout", visibility_timeout, most=_LONGEST)
         if on_data_loss not in ("report", "fail"):
             raise errors.InvalidArgumentError(
                 f"on_data_loss must be 'report' or 'fail', got {on_data_loss!r}"
@@ -111,6 +122,10 @@ class Consumer:
         if max_deliveries is not None and (type(max_deliveries) is not int or max_deliveries < 1):
             raise errors.InvalidArgumentError(
                 f"max_deliveries must be a positive int, got {max_deliveries!r}"
+            )
+        if dead_letter is not None and not isinstance(dead_letter, Queue):
+            raise errors.InvalidArgumentError(
+                f"dead_letter must be a Queue (Queue.open(...) of the dead-letter queue), got {dead_letter!r}"
             )
         if group is not None:
             _groups.check_group(group)
@@ -144,6 +159,7 @@ class Consumer:
         self._dead_lettered = 0
         #: (offset, value, enqueued_at_ms, deliveries) of entries to move to the dead-letter queue
         self._dying: list[tuple[int, Any, int, int]] = []
+        self._move_failures: dict[int, int] = {}  # offset -> failed moves to the dead-letter queue in a row
         self._synced = 0  # the acked position the queue's head was last synced to
         self._owner_since = 0.0
         self._last_owner_write = 0.0
@@ -160,8 +176,17 @@ class Consumer:
         """Join the queue's (or group's) nodes and start watching ownership.
 
         A group is created on first use. The ungrouped consumer of a queue
-        consumed by groups is refused (``GroupsInUseError``).
+        consumed by groups is refused (``GroupsInUseError``). Starting it
+        again does nothing; a closed consumer cannot start again (make a new
+        one).
         """
+        if self._closed.is_set():
+            raise errors.InvalidArgumentError(
+                f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} is closed:"
+                " make a new one"
+            )
+        if self._thread is not None:
+            return self
         if self.group is not None:
             _groups.ensure(self.queue, self.group)
         elif groups := self.queue.current_metadata().groups:
@@ -171,7 +196,7 @@ class Consumer:
                 queue=self.queue.name,
             )
         self.ownership.join()
-        self._tick()
+        self._tick(starting=True)
         self._thread = threading.Thread(target=self._run, name=f"large-queue-{self.node_id}", daemon=True)
         self._thread.start()
         return self
@@ -249,8 +274,12 @@ class Consumer:
 
     def nack(self, message: Message, *, delay: float = 0.0, error: str | None = None) -> None:
         """Release ``message`` to be delivered again after ``delay`` seconds. No store command."""
-        if not delay >= 0:
-            raise errors.InvalidArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        delay = checked_seconds("delay", delay, zero=True, most=_LONGEST)
+        if error is not None and not isinstance(error, str):
+            raise errors.InvalidArgumentError(
+                "error must be a str or None (it goes into the entry's dead letter),"
+                f" got {type(error).__name__}: pass str(exc)"
+            )
         with self._lock:
             if self._current([message]) and message.offset in self._inflight:
                 self.deliveries.nacked(message.offset, delay, error)
@@ -258,8 +287,7 @@ class Consumer:
 
     def extend(self, message: Message, seconds: float) -> None:
         """Keep ``message`` from being delivered again for ``seconds`` more. No store command."""
-        if not seconds > 0:
-            raise errors.InvalidArgumentError(f"seconds must be positive, got {seconds!r}")
+        seconds = checked_seconds("seconds", seconds, most=_LONGEST)
         with self._lock:
             current = self._current([message])
             if not current or message.offset not in self.deliveries.held:
@@ -272,8 +300,27 @@ class Consumer:
             self.deliveries.extended(message.offset, seconds)
 
     def _current(self, messages: list[Message]) -> list[Message]:
-        """``messages``, checked to be this ownership's latest deliveries (else raise)."""
+        """``messages``, checked to be this consumer's and this ownership's latest deliveries (else raise).
+
+        A message an earlier ownership of this node delivered whose offset has
+        been acked since (below the cursor and not in flight) is left out:
+        acking it again changes nothing.
+        """
+        if not isinstance(messages, (list, tuple)):
+            raise errors.InvalidArgumentError(
+                f"messages must be a list of messages (ack([message]), or message.ack()), got {messages!r}"
+            )
+        foreign = [m for m in messages if not isinstance(m, Message) or m.consumer is not self]
+        if foreign:
+            raise errors.InvalidArgumentError(
+                f"{foreign[0]!r} was not delivered by this consumer (node {self.node_id!r} of queue"
+                f" {self.queue.name!r}, group {self.group!r}): settle each message with its own consumer,"
+                " as message.ack() does"
+            )
         epoch, inflight = self._epoch, self._inflight
+        if self._owning:
+            cursor = self._cursor
+            messages = [m for m in messages if m.epoch == epoch or m.offset in inflight or m.offset >= cursor]
         stale = [m.offset for m in messages if m.epoch != epoch]
         if stale or not self._owning:
             raise errors.OwnershipLostError(
@@ -294,10 +341,15 @@ class Consumer:
         return messages
 
     def _receive(self, max_entries: int, timeout: float | None, *, auto_ack: bool) -> list[Message | Entry]:
+        if self._thread is None and not self._closed.is_set():
+            raise errors.InvalidArgumentError(
+                f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} was never started:"
+                " use it as a context manager (with queue.consumer(...) as consumer) or call start() first"
+            )
         if type(max_entries) is not int or max_entries < 1:
             raise errors.InvalidArgumentError(f"max_entries must be a positive int, got {max_entries!r}")
-        if timeout is not None and not timeout >= 0:
-            raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        if timeout is not None:
+            timeout = checked_seconds("timeout", timeout, zero=True, most=_LONGEST)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._lock:
             while True:
@@ -309,7 +361,7 @@ class Consumer:
                 if self._owning and not self._slice_over():
                     due = self.deliveries.next_due(self._inflight)  # a nacked or timed-out delivery
                     if (
-                        timeout is None
+                        not timeout  # None: look once now; 0: look once, whatever the backoff says
                         or time.monotonic() >= self._idle.next_poll()
                         or (due is not None and due <= self.deliveries.clock())
                     ):
@@ -360,7 +412,7 @@ class Consumer:
         shape = self.queue.shape
         self.deliveries.expire()
         redeliver = self.deliveries.due(self._inflight)[:max_entries]
-        budget = max_entries - len(redeliver)
+        budget = min(max_entries, self.queue.capacity) - len(redeliver)  # no more are there to deliver
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
         candidates = range(self._cursor, self._cursor + max(budget, 0))
@@ -516,15 +568,22 @@ class Consumer:
             except errors.OwnershipLostError:
                 return  # the new owner finishes the move from the owner record
             except errors.LargeQueueError as exc:
+                # Tried again after a pause that doubles (up to a minute): not at every receive, which
+                # would spin on a full dead-letter queue and spend each receive's budget on this entry.
+                failures = self._move_failures[offset] = self._move_failures.get(offset, 0) + 1
+                pause = min(_MOVE_PAUSE_MOST, _MOVE_PAUSE_FIRST * 2 ** (failures - 1))
+                self.deliveries.nacked(offset, pause, None)
                 log.warning(
                     "queue %r: offset %d could not be moved to dead-letter queue %r yet (%s); it stays"
-                    " in flight and is tried again",
+                    " in flight and is tried again in %.1f s",
                     self.queue.name,
                     offset,
                     self.dead_letters.target.name,
                     exc,
+                    pause,
                 )
                 continue
+            self._move_failures.pop(offset, None)
             inflight = {o: c for o, c in self._inflight.items() if o != offset}
             self._commit(
                 self._cursor,
@@ -607,13 +666,28 @@ class Consumer:
     # --- ownership ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        """The watcher: a tick every poll interval until closed (a failed tick is logged, the next tries).
+
+        A queue (or group) deleted under the consumer ends its ownership at
+        once and is logged once, not at every poll; ``receive`` names it.
+        """
+        gone = False
         while not self._closed.wait(self.poll_interval):
             try:
                 self._tick()
+                gone = False
+            except (errors.QueueNotFoundError, errors.GroupNotFoundError) as exc:
+                with self._lock:
+                    self._lose()
+                if not gone:
+                    log.warning("node %r: %s", self.node_id, exc)
+                gone = True
             except errors.LargeQueueError:
                 log.warning("node %r: ownership check failed", self.node_id, exc_info=True)
+            except Exception:  # a bug must not end the heartbeats of a consumer that looks open
+                log.exception("node %r: ownership check failed unexpectedly", self.node_id)
 
-    def _tick(self) -> None:
+    def _tick(self, *, starting: bool = False) -> None:
         self.ownership.heartbeat(interested=True)
         with self._lock:
             # Read under the lock. Read before it, the state could predate a hand-over
@@ -623,6 +697,26 @@ class Consumer:
             #   t=2  tick takes the lock, sees owner=A but not owning, "becomes" owner
             #        at epoch 6 again; its writes are refused, yet it reports a take.
             state = self.ownership.read()
+            if state.owner == self.node_id and state.instance != self.ownership.instance:
+                # Handed to this node id and not claimed yet, or held by another consumer given
+                # the same node id: claimed when unclaimed, when this consumer starts (a restart
+                # takes over from its old self at once) or when the holder has gone silent.
+                if self._owning:
+                    self._lose()
+                silent = state.silent_ms > self.ownership.timeout_ms
+                if state.instance and not starting and not silent:
+                    return
+                if state.instance and not silent:
+                    log.warning(
+                        "node %r: another consumer with this node id held queue %r (epoch %d): this one takes"
+                        " over; its unacked entries are delivered again",
+                        self.node_id,
+                        self.queue.name,
+                        state.epoch,
+                    )
+                if self.ownership.take(state, owner_gone=silent and bool(state.instance)):
+                    self._become_owner(self.ownership.read())
+                return
             if state.owner == self.node_id:
                 if not self._owning or self._epoch != state.epoch:
                     self._become_owner(state)
@@ -651,7 +745,7 @@ class Consumer:
                 self._become_owner(self.ownership.read())
 
     def _become_owner(self, state: OwnerState) -> None:
-        if state.owner != self.node_id:
+        if state.owner != self.node_id or state.instance != self.ownership.instance:
             return  # taken and lost again before we looked
         self._owning = True
         self._epoch = state.epoch
@@ -660,6 +754,7 @@ class Consumer:
         self._lost, self._dead, self._dead_lettered = state.lost, dict(state.dead), state.dead_lettered
         self._synced = 0
         self.deliveries.reset()
+        self._move_failures.clear()
         self._seen_tail = 0  # the first delivery reads the metadata (and finds a queue created again)
         self._ahead.clear()
         self._owner_since = self._last_owner_write = time.monotonic()
@@ -682,12 +777,12 @@ class Consumer:
         consumers still hold get up to half the timeout to be acked first, so
         that a busy consumer does not turn them into redeliveries.
         """
-        grace_over = time.monotonic() - self._owner_since > self.time_slice + self.timeout / 2
-        if self.deliveries.held and not final and not grace_over:
-            return
         others = self.ownership.live_interested(excluding=self.node_id)
         if not others and not final:
-            self._owner_since = time.monotonic()  # nobody else wants it: a new slice
+            self._owner_since = time.monotonic()  # nobody else wants it: a new slice, at once
+            return
+        grace_over = time.monotonic() - self._owner_since > self.time_slice + self.timeout / 2
+        if self.deliveries.held and not final and not grace_over:
             return
         self._sync_queue_head(force=True)
         if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):
@@ -697,10 +792,17 @@ class Consumer:
         self._lock.notify_all()
 
     def _event(self, kind: str) -> None:
+        """Tell ``on_event``. Its failure is logged, never raised: the change it reports has happened
+        (an ack's write applied, ownership taken), and the watcher thread must go on."""
         if self._on_event is not None:
-            self._on_event(
-                OwnershipEvent(kind=kind, node_id=self.node_id, epoch=self._epoch, at_ns=time.time_ns())
-            )
+            try:
+                self._on_event(
+                    OwnershipEvent(kind=kind, node_id=self.node_id, epoch=self._epoch, at_ns=time.time_ns())
+                )
+            except Exception:
+                log.exception(
+                    "node %r: the on_event callback failed on a %r event (ignored)", self.node_id, kind
+                )
 
 
 def _decoded(encoding: str, entries: list[tuple[int, Any, int]]) -> dict[int, tuple[Any, int]]:

@@ -92,8 +92,13 @@ class Deliveries:
             self.last_error[offset] = error
 
     def extended(self, offset: int, seconds: float) -> None:
-        """Keep ``offset`` held for ``seconds`` more from now."""
-        self._visible_at[offset] = self.clock() + seconds
+        """Keep ``offset`` held for ``seconds`` more from now; never less long than it already was.
+
+        Without a visibility timeout a held delivery never comes back: nothing to extend.
+        """
+        if self.visibility_timeout is None:
+            return
+        self._visible_at[offset] = max(self._visible_at.get(offset, 0.0), self.clock() + seconds)
 
     def next_due(self, inflight: dict[int, int]) -> float | None:
         """When the next delayed or held delivery becomes due again (monotonic), if any is waiting."""

@@ -2,12 +2,14 @@
 
 Records, in the queue's set and metadata namespace:
 
-- ``queue-owner``: ``owner`` (node id, "" when unowned), ``epoch`` (grows at
-  every change of owner), ``last_owner``, ``cursor`` (next offset to deliver)
-  and ``inflight`` (offset -> delivery count of entries delivered, not acked).
-  Every write the owner makes is guarded by "owner is me and epoch is mine",
-  and each one is also the owner's heartbeat: the record's time since last
-  update, on the store's clock, tells whether the owner is alive.
+- ``queue-owner``: ``owner`` (node id, "" when unowned), ``instance`` (which
+  consumer of that node id holds it: a token made per consumer object, ""
+  while handed over and not yet claimed), ``epoch`` (grows at every change
+  of owner), ``last_owner``, ``cursor`` (next offset to deliver) and
+  ``inflight`` (offset -> delivery count of entries delivered, not acked).
+  Every write the owner makes is guarded by "owner, instance and epoch are
+  mine", and each one is also the owner's heartbeat: the record's time since
+  last update, on the store's clock, tells whether the owner is alive.
 - ``queue-nodes``: the ids of nodes that ever joined (a generation-checked list).
 - ``queue-node-<id>``: one per node, rewritten by its heartbeat, with
   ``interested`` (1 or 0). A node silent longer than the timeout is gone.
@@ -25,11 +27,25 @@ The failure story, as a timeline (timeout 10 s)::
     t=20   A resumes and acks 100..109: its write is guarded by epoch 4 and
            is refused; A gets OwnershipLostError, stops its consumers and
            rejoins as a non-owner. B's consumers ack them once.
+
+Two consumers given one node id (a process restarted before its old self
+was seen gone, or one id configured twice) are told apart by ``instance``::
+
+    t=0    A1 (node "a") owns the queue at epoch 4 and delivers 100..109.
+    t=1    A1 is paused. A2 starts with node id "a": it finds the queue held
+           by another instance of its node id and takes it over at once
+           (epoch 5, instance A2's) instead of waiting for the timeout.
+    t=1    A2 redelivers 100..109 (delivery count 2).
+    t=5    A1 resumes: its writes, guarded by epoch 4 and its own instance,
+           are refused (OwnershipLostError). A1 does not take the queue back
+           while A2's writes keep the record fresh; it waits like any other
+           node for a hand-over to "a" or for A2's silence.
 """
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +67,7 @@ from large_queue.backends.conditions import (
 from large_queue.queue import Queue
 
 OWNER = "owner"
+INSTANCE = "instance"
 EPOCH = "epoch"
 LAST_OWNER = "last_owner"
 CURSOR = "cursor"
@@ -63,8 +80,12 @@ DEAD_LETTERED = "dead_lettered"  # groups: entries moved to the dead-letter queu
 MAX_NODE_ID_CHARS = 40
 
 
-#: the owner record names this node and this epoch
-_MINE = all_of(eq(StrBin(OWNER), Param("node")), eq(IntBin(EPOCH), Param("epoch")))
+#: the owner record names this node, this consumer of it and this epoch
+_MINE = all_of(
+    eq(StrBin(OWNER), Param("node")),
+    eq(StrBin(INSTANCE), Param("instance")),
+    eq(IntBin(EPOCH), Param("epoch")),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +95,7 @@ class OwnerState:
     owner: str
     epoch: int
     last_owner: str
+    instance: str = ""  #: which consumer of the owner's node id holds it ("": handed over, not claimed)
     cursor: int
     inflight: dict[int, int]
     silent_ms: int
@@ -122,6 +144,8 @@ class Ownership:
         self.owner_key = keys.owner
         self.nodes_key = keys.nodes
         self.node_key = keys.node
+        #: this consumer among those given the same node id (see the module's second timeline)
+        self.instance = uuid.uuid4().hex[:16]
         self._owner_is_me = Write(OWNER, node_id)  # in every owner write: made once
         self._guard: tuple[int, Condition] | None = None  # the guard of the epoch last written under
 
@@ -135,6 +159,7 @@ class Ownership:
                     self.owner_key,
                     {
                         OWNER: "",
+                        INSTANCE: "",
                         EPOCH: 0,
                         LAST_OWNER: "",
                         CURSOR: self.queue.info().head_offset,
@@ -172,6 +197,7 @@ class Ownership:
                 self.owner_key,
                 [
                     Read(OWNER),
+                    Read(INSTANCE),
                     Read(EPOCH),
                     Read(LAST_OWNER),
                     Read(CURSOR),
@@ -187,6 +213,7 @@ class Ownership:
         inflight = bins.get(INFLIGHT) or {}
         return OwnerState(
             owner=bins.get(OWNER, ""),
+            instance=bins.get(INSTANCE) or "",
             epoch=bins.get(EPOCH, 0),
             last_owner=bins.get(LAST_OWNER, ""),
             cursor=bins.get(CURSOR, 0),
@@ -251,6 +278,7 @@ class Ownership:
                 self.owner_key,
                 [
                     Write(OWNER, self.node_id),
+                    Write(INSTANCE, self.instance),
                     Write(EPOCH, epoch),
                     Write(LAST_OWNER, state.owner or state.last_owner),
                 ],
@@ -265,7 +293,12 @@ class Ownership:
         try:
             self.backend.operate(
                 self.owner_key,
-                [Write(OWNER, to or ""), Write(EPOCH, epoch + 1), Write(LAST_OWNER, self.node_id)],
+                [
+                    Write(OWNER, to or ""),
+                    Write(INSTANCE, ""),  # claimed by whichever consumer of node ``to`` comes first
+                    Write(EPOCH, epoch + 1),
+                    Write(LAST_OWNER, self.node_id),
+                ],
                 condition=self._mine(epoch),
             )
         except errors.ConditionNotMetError:
@@ -290,7 +323,10 @@ class Ownership:
     def _mine(self, epoch: int) -> Condition:
         guard = self._guard  # one tuple, replaced whole: threads sharing the node read a consistent one
         if guard is None or guard[0] != epoch:
-            guard = self._guard = (epoch, Bound(_MINE, {"node": self.node_id, "epoch": epoch}))
+            guard = self._guard = (
+                epoch,
+                Bound(_MINE, {"node": self.node_id, "instance": self.instance, "epoch": epoch}),
+            )
         return guard[1]
 
     def _owner_write(self, epoch: int, operations: list[Any]) -> None:

@@ -118,6 +118,8 @@ def read_slots(
         record: buffer.get(rec.SLOTS) if buffer is not None else None
         for record, buffer in zip(records, found, strict=True)
     }
+    if metadata is None and None in found:
+        _queue_still_there(queue)
     return SlotsRead(shape, wanted, slots, metadata)
 
 
@@ -126,8 +128,20 @@ def _read_one_record(queue: Queue, record: int, first: int, last: int) -> SlotsR
     found = _read_or_none(
         queue, queue.keys.buffer(record), [ListGetRange(rec.SLOTS, first, last - first + 1)]
     )
+    if found is None:
+        _queue_still_there(queue)
     slots = found.get(rec.SLOTS) if found is not None else None
     return SlotsRead(queue.shape, {record: (first, last)}, {record: slots}, None)
+
+
+def _queue_still_there(queue: Queue) -> None:
+    """A buffer record read without the metadata was missing: ``QueueNotFoundError`` if the queue is gone.
+
+    The queue deleted (or created again) under its consumer is said as such;
+    a queue still there with a record missing is damage, which the slots'
+    settling names (``CorruptQueueError``).
+    """
+    queue.current_metadata()
 
 
 def _read_or_none(queue: Queue, key: RecordKey, operations: list[Operation]) -> dict[str, Any] | None:

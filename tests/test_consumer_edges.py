@@ -1,0 +1,234 @@
+"""A consumer at its edges, on both stores: one node id given twice, a queue deleted under it,
+arguments it must refuse, callbacks that fail, dead-letter moves that keep failing, and waits
+that must not stall or spin."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import pytest
+
+from large_queue import InvalidArgumentError, OwnershipLostError, Queue, QueueNotFoundError
+from large_queue.cluster import Consumer, Message, OwnershipEvent, ownership_info
+from tests.fix_backends import Store
+
+FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
+
+
+def _receive(consumer: Consumer, count: int, timeout: float = 3.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.receive(count - len(got), timeout=0.1)
+    return got
+
+
+def test_a_second_consumer_with_the_same_node_id_takes_over_and_fences_the_first(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(range(6))
+    first = queue.consumer("same", **FAST).start()
+    try:
+        held = _receive(first, 2)
+        assert [m.value for m in held] == [0, 1]
+        second = queue.consumer("same", **FAST).start()  # a restart, or the id configured twice
+        try:
+            assert second.owning
+            again = _receive(second, 6)
+            # the first one's unacked entries come again (marked), then the rest; never two owners at once
+            assert [(m.value, m.redelivered) for m in again] == [
+                (0, True),
+                (1, True),
+                (2, False),
+                (3, False),
+                (4, False),
+                (5, False),
+            ]
+            with pytest.raises(OwnershipLostError):
+                first.ack(held)  # fenced: its epoch and instance are over
+            assert first.receive(1, timeout=0.3) == []
+            assert not first.owning
+            time.sleep(0.3)  # the first one's watcher ticks: it must not take the queue back
+            assert second.owning and not first.owning
+            second.ack(again)
+            assert ownership_info(queue).in_flight == 0
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch([1, 2, 3])
+    with queue.consumer("n1", **FAST) as consumer:
+        consumer.ack(_receive(consumer, 1))  # what it read ahead is in hand: the next take reads nothing
+        assert Queue.delete(store.backend, queue.name)
+        with pytest.raises(QueueNotFoundError):
+            consumer.receive(1, timeout=0.3)
+        time.sleep(0.5)  # ten watcher ticks
+        assert not consumer.owning
+    said = [
+        r for r in caplog.records if "does not exist" in r.getMessage() or "no ownership" in r.getMessage()
+    ]
+    assert 1 <= len(said) <= 2, [r.getMessage() for r in caplog.records]  # said once, not at every tick
+    assert "overwritten" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"poll_interval": -1}, "poll_interval"),
+        ({"poll_interval": math.nan}, "poll_interval"),
+        ({"poll_interval": "x"}, "poll_interval"),
+        ({"poll_interval": 3, "timeout": 1}, "poll_interval"),
+        ({"timeout": math.inf}, "timeout"),
+        ({"timeout": "10"}, "timeout"),
+        ({"time_slice": None}, "time_slice"),
+        ({"visibility_timeout": "30"}, "visibility_timeout"),
+        ({"max_poll_interval": True}, "max_poll_interval"),
+        ({"dead_letter": "dead", "max_deliveries": 2}, "dead_letter"),
+    ],
+)
+def test_bad_consumer_options_are_refused_by_name(store: Store, options: dict[str, Any], named: str) -> None:
+    queue = store.new_queue()
+    with pytest.raises(InvalidArgumentError, match=named):
+        queue.consumer("n1", **{**FAST, **options})
+
+
+def test_bad_call_arguments_are_refused_before_anything_changes(store: Store) -> None:
+    queue = store.new_queue()
+    other = store.new_queue()
+    queue.enqueue("x")
+    other.enqueue("y")
+    never = queue.consumer("idle", **FAST)
+    with pytest.raises(InvalidArgumentError, match="never started"):
+        never.receive(1)
+    with queue.consumer("n1", **FAST) as consumer, other.consumer("n1", **FAST) as elsewhere:
+        (message,) = _receive(consumer, 1)
+        (foreign,) = _receive(elsewhere, 1)
+        assert (foreign.offset, foreign.epoch, foreign.delivery_count) == (
+            message.offset,
+            message.epoch,
+            message.delivery_count,
+        )
+        for bad, named in [
+            (lambda: consumer.ack([foreign]), "not delivered by this consumer"),
+            (lambda: consumer.ack(message), "list of messages"),  # type: ignore[arg-type]
+            (lambda: consumer.ack([None]), "not delivered by this consumer"),  # type: ignore[list-item]
+            (lambda: consumer.receive(1, timeout="1"), "timeout"),  # type: ignore[arg-type]
+            (lambda: consumer.receive(1, timeout=math.inf), "timeout"),
+            (lambda: message.nack(delay="1"), "delay"),  # type: ignore[arg-type]
+            (lambda: message.nack(error=ValueError("boom")), "error must be a str"),  # type: ignore[arg-type]
+            (lambda: message.extend("1"), "seconds"),  # type: ignore[arg-type]
+        ]:
+            with pytest.raises(InvalidArgumentError, match=named):
+                bad()
+        assert ownership_info(queue).in_flight == 1 and ownership_info(other).in_flight == 1
+        message.ack()
+        foreign.ack()
+        assert ownership_info(queue).in_flight == 0 and ownership_info(other).in_flight == 0
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        consumer.start()
+
+
+def test_a_message_acked_under_an_earlier_epoch_is_acked_again_as_a_no_op(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(["a", "b"])
+    timing = {"time_slice": 0.2, "timeout": 5.0, "poll_interval": 0.05}
+    with queue.consumer("n1", **timing) as consumer:
+        (first,) = _receive(consumer, 1)
+        first.ack()
+        epoch = consumer.epoch
+        with queue.consumer(
+            "n2", **timing
+        ):  # takes a turn (delivering nothing): n1 owns again, a later epoch
+            deadline = time.monotonic() + 5
+            while (not consumer.owning or consumer.epoch == epoch) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert consumer.owning and consumer.epoch > epoch
+        got = _receive(consumer, 1)
+        assert [(m.value, m.epoch) for m in got] == [("b", consumer.epoch)]
+        consumer.ack([first, *got])  # the old one is a no-op; the batch is not refused for it
+        assert ownership_info(queue).in_flight == 0
+
+
+def test_extend_never_brings_a_message_back_sooner(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(["never", "later"])
+    with queue.consumer("n1", visibility_timeout=None, **FAST) as consumer:
+        (message,) = _receive(consumer, 1)
+        message.extend(0.1)  # without a visibility timeout it never comes back: nothing to shorten
+        assert [m.value for m in _receive(consumer, 1, timeout=0.5)] == ["later"]
+    with queue.consumer("n2", visibility_timeout=30.0, **FAST) as consumer:
+        got = _receive(consumer, 2)
+        assert [m.value for m in got] == ["never", "later"] and all(m.redelivered for m in got)
+        got[0].extend(0.1)  # 30 s already: it stays held
+        assert consumer.receive(2, timeout=0.4) == []
+
+
+def test_timeout_zero_looks_once_whatever_the_backoff(store: Store) -> None:
+    queue = store.new_queue()
+    with queue.consumer("n1", **FAST) as consumer:
+        assert consumer.receive(1, timeout=0.5) == []  # the idle backoff grows
+        queue.enqueue("x")
+        assert [m.value for m in consumer.receive(1, timeout=0)] == ["x"]
+
+
+def test_a_failing_on_event_callback_neither_fails_an_applied_ack_nor_stops_the_watcher(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch([1, 2])
+
+    def failing(event: OwnershipEvent) -> None:
+        raise RuntimeError(f"callback bug on {event.kind}")
+
+    with queue.consumer("n1", on_event=failing, **FAST) as consumer:
+        (message,) = _receive(consumer, 1)
+        message.ack()  # applied: it must not raise
+        assert ownership_info(queue).in_flight == 0
+        time.sleep(0.3)
+        assert consumer._thread is not None and consumer._thread.is_alive()
+        assert [n.alive for n in ownership_info(queue).nodes] == [True]
+    assert "on_event callback failed" in caplog.text
+
+
+def test_a_lone_owner_holding_a_message_starts_a_new_slice_at_once(store: Store) -> None:
+    queue = store.new_queue(capacity=60)
+    queue.enqueue("held")
+    with queue.consumer("solo", time_slice=0.2, timeout=6.0, poll_interval=0.05) as consumer:
+        _receive(consumer, 1)  # held, unacked, past many slices
+        waits = []
+        for value in range(8):  # one entry every 0.15 s: each comes within a moment, slice after slice
+            time.sleep(0.15)
+            queue.enqueue(value)
+            sent = time.monotonic()
+            got = consumer.receive(1, timeout=2.0)
+            waits.append(time.monotonic() - sent)
+            assert [m.value for m in got] == [value]
+            consumer.ack(got)
+        assert max(waits) < 1.0, waits  # not half the timeout (3 s) at each slice's end
+
+
+def test_a_dead_letter_move_that_keeps_failing_backs_off_and_blocks_nothing(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="large_queue.cluster")
+    queue = store.new_queue()
+    dead = store.new_queue(capacity=3)
+    dead.enqueue_batch(["full", "full", "full"])  # no room for a letter
+    queue.enqueue("poison")
+    with queue.consumer("n1", group="g", max_deliveries=1, dead_letter=dead, **FAST) as consumer:
+        (message,) = _receive(consumer, 1)
+        message.nack(error="boom")
+        queue.enqueue_batch(["ok1", "ok2"])
+        before = store.backend.commands
+        assert [m.value for m in _receive(consumer, 2, timeout=2.0)] == ["ok1", "ok2"]  # not held up
+        assert consumer.receive(1, timeout=1.0) == []
+        assert store.backend.commands - before < 200  # a backoff, not a spin (thousands a second)
+        assert queue.group("g").in_flight == 3  # the poison one stays in flight, with the two delivered

@@ -151,6 +151,8 @@ def _check_key(key: Any, as_json: bool) -> None:
         )
     if key_kind is str and "\x00" in key:  # reached for a str key only where NUL is refused
         raise _Refused(f"has a key holding a NUL character ({key!r}): {_NUL}")
+    if key_kind is int and not INT64_MIN <= key <= INT64_MAX:
+        raise _Refused(f"has a key {key} that does not fit a signed 64-bit integer")
 
 
 def _check_depth(depth: int) -> None:
@@ -201,10 +203,10 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
         except _Refused as refused:
             path = "".join(reversed(refused.path))
             raise errors.UnsupportedEntryError(f"entry {index}{path} {refused.problem}") from None
-        except (TypeError, UnicodeEncodeError) as exc:  # a str with a lone surrogate: not UTF-8
+        except (TypeError, OverflowError, UnicodeEncodeError) as exc:  # a lone surrogate: not UTF-8
             raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
         checked.append(entry)
-    _check_sizes(checked, limit_bytes)
+    _check_sizes(checked, limit_bytes, [_native_extra(entry) for entry in checked] if cuts_nul else None)
     return checked
 
 
@@ -216,12 +218,12 @@ def check_entry(entry: Any, limit_bytes: int, encoding: str = NATIVE) -> Any:
     """
     if encoding != JSON and type(entry) is dict and _flat_and_plain(entry):
         try:
-            if encoding == NATIVE:
-                if len(_ENCODER.encode(entry)) <= limit_bytes:
+            if encoding == NATIVE:  # at most 2 bytes more for each key and value stored (_native_extra)
+                if len(_ENCODER.encode(entry)) + 4 * len(entry) <= limit_bytes:
                     return entry
             elif len(stored := pack(entry)) + _BYTES_HEADER <= limit_bytes:
                 return stored
-        except (UnicodeEncodeError, TypeError):
+        except (UnicodeEncodeError, TypeError, OverflowError):
             pass  # refused below, with the message a batch gives
     return check_entries([entry], limit_bytes, encoding)[0]
 
@@ -244,7 +246,7 @@ def _flat_and_plain(entry: dict[Any, Any]) -> bool:
     return True
 
 
-def _check_sizes(checked: list[Any], limit_bytes: int) -> None:
+def _check_sizes(checked: list[Any], limit_bytes: int, extras: list[int] | None = None) -> None:
     """``EntryTooLargeError`` for the first entry whose encoding exceeds ``limit_bytes``.
 
     A list encodes as a short header and its items, so a run of entries
@@ -252,38 +254,59 @@ def _check_sizes(checked: list[Any], limit_bytes: int) -> None:
     is encoded whole; if it is larger than the limit, in runs sized to fit
     about half the limit each (a batch of 100 small entries: 4 encodings,
     not 101); only a run that still does not fit is encoded entry by entry.
+    ``extras``: bytes each entry takes in the store beyond its encoding
+    (a native entry on Aerospike, see :func:`_native_extra`).
     """
+    more = extras if extras is not None else [0] * len(checked)
     try:
         count = len(checked)
         if count > 1:
-            total = len(_ENCODER.encode(checked))
+            total = len(_ENCODER.encode(checked)) + sum(more)
             if total <= limit_bytes:
                 return
             run = max(1, count * limit_bytes // (2 * total))
         else:
             run = 1
         for start in range(0, count, run):
-            if run > 1 and len(_ENCODER.encode(checked[start : start + run])) <= limit_bytes:
+            stop = start + run
+            if run > 1 and len(_ENCODER.encode(checked[start:stop])) + sum(more[start:stop]) <= limit_bytes:
                 continue
-            for index in range(start, min(start + run, count)):
-                size = len(_ENCODER.encode(checked[index]))
+            for index in range(start, min(stop, count)):
+                size = len(_ENCODER.encode(checked[index])) + more[index]
                 if size > limit_bytes:
                     raise errors.EntryTooLargeError(
-                        f"entry {index} is {size} bytes encoded; this queue's slots hold at most"
+                        f"entry {index} is {size} bytes as stored; this queue's slots hold at most"
                         f" {limit_bytes} bytes (lower slots_per_record or raise the record size limit)",
                         size=size,
                         limit=limit_bytes,
                     )
-    except (UnicodeEncodeError, TypeError) as exc:  # a str with a lone surrogate: not UTF-8
+    except (UnicodeEncodeError, TypeError, OverflowError) as exc:  # a lone surrogate: not UTF-8
         index = _first_unencodable(checked)
         raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
+
+
+def _native_extra(value: Any) -> int:
+    """The most a native entry grows in an Aerospike record beyond its msgpack encoding.
+
+    Aerospike keeps each str and bytes inside a list or map (and the entry
+    itself, an item of its slot) with a type byte before its contents, and
+    that byte can also lengthen its length header: at most 2 bytes each.
+    """
+    kind = type(value)
+    if kind is str or kind is bytes or kind is bytearray:
+        return 2
+    if kind is list:
+        return sum(_native_extra(item) for item in value)
+    if kind is dict:
+        return sum(_native_extra(key) + _native_extra(item) for key, item in value.items())
+    return 0
 
 
 def _first_unencodable(checked: list[Any]) -> int:
     for index, entry in enumerate(checked):
         try:
             _ENCODER.encode(entry)
-        except (UnicodeEncodeError, TypeError):
+        except (UnicodeEncodeError, TypeError, OverflowError):
             return index
     return 0
 

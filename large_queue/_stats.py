@@ -42,13 +42,16 @@ class Counters:
     """The mutable counters behind :class:`QueueStats`; safe to share between threads.
 
     Each thread adds to counters of its own (no lock on the way of an
-    operation); a snapshot adds them up.
+    operation); a snapshot adds them up. The counters of threads that have
+    ended are folded into one total, so a handle used by a thread per
+    request keeps one set per live thread, not one per thread it ever saw.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._threads: list[dict[str, int]] = []
+        self._threads: list[tuple[threading.Thread, dict[str, int]]] = []
+        self._ended = dict.fromkeys(_COUNTED, 0)  # the counters of threads that have ended
         self._size = 0
 
     def _mine(self) -> dict[str, int]:
@@ -57,8 +60,20 @@ class Counters:
         except AttributeError:
             values = self._local.values = dict.fromkeys(_COUNTED, 0)
             with self._lock:
-                self._threads.append(values)
+                self._fold_ended()
+                self._threads.append((threading.current_thread(), values))
         return values
+
+    def _fold_ended(self) -> None:
+        """(holding the lock) Add the counters of threads that have ended to one total."""
+        live = []
+        for thread, values in self._threads:
+            if thread.is_alive():
+                live.append((thread, values))
+            else:  # it adds nothing more
+                for name, amount in values.items():
+                    self._ended[name] += amount
+        self._threads = live
 
     def add(self, *, size: int | None = None, **amounts: int) -> None:
         """Add to counters by name; ``size`` is set, not added."""
@@ -72,7 +87,8 @@ class Counters:
     def snapshot(self) -> QueueStats:
         """The counters now."""
         with self._lock:
-            totals = {name: sum(values[name] for values in self._threads) for name in _COUNTED}
+            self._fold_ended()
+            totals = {name: self._ended[name] + sum(v[name] for _, v in self._threads) for name in _COUNTED}
         return QueueStats(**totals, size=self._size)
 
 

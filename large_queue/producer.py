@@ -83,7 +83,7 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import errors
 from large_queue._entries import check_entry
-from large_queue._lifecycle import positive_int
+from large_queue._lifecycle import positive_int, seconds
 
 if TYPE_CHECKING:
     from large_queue.queue import Queue
@@ -97,6 +97,8 @@ RESERVATION_ATTEMPTS = 3
 #: entries (8 threads sending through one producer: about 25% more entries/s at 2,000 than at 500,
 #: on Aerospike and on the embedded store)
 DEFAULT_MAX_BATCH = 2000
+#: the longest linger (seconds) a producer takes
+MAX_LINGER = 3600.0
 #: held while a batch is resolved or a callback is added to one, so that each callback runs once
 _RESOLVING = threading.Lock()
 #: seconds between the idle producer thread's looks at whether the main thread has ended
@@ -108,13 +110,19 @@ _NEVER = float("inf")
 class _Batch:
     """Entries taken together, and the outcome they share: their offsets, or the error that failed them."""
 
-    __slots__ = ("callbacks", "error", "offsets", "resolved")
+    __slots__ = ("callbacks", "error", "offsets", "resolved", "traceback")
 
     def __init__(self) -> None:
         self.resolved = threading.Event()
         self.offsets: range | None = None
         self.error: BaseException | None = None
+        self.traceback: TracebackType | None = None  # the error's own: each raise starts again from it
         self.callbacks: list[Callable[[], object]] = []
+
+    def fail(self, error: BaseException) -> None:
+        """Set the error every future of the batch raises."""
+        self.error = error
+        self.traceback = error.__traceback__
 
 
 class OffsetFuture:
@@ -146,7 +154,9 @@ class OffsetFuture:
             error = self.exception(timeout)
             batch = self._taken()
         if error is not None:
-            raise error
+            # One error object serves every future of the batch: raised from its own traceback each
+            # time, it does not collect the frames of every result() call (and of every thread)
+            raise error.with_traceback(batch.traceback)
         assert batch.offsets is not None
         return batch.offsets[self._index]
 
@@ -200,12 +210,11 @@ class Producer:
         max_pending: int = 10_000,
         overwrite_if_full: bool = False,
     ) -> None:
-        if type(linger) not in (int, float) or not 0 <= linger < float("inf"):
-            raise errors.InvalidArgumentError(f"linger must be a number of seconds >= 0, got {linger!r}")
         self.queue = queue
-        self.linger = float(linger)
-        self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity)
+        self.linger = seconds("linger", linger, zero=True, most=MAX_LINGER)
         self.max_pending = positive_int("max_pending", max_pending)
+        # a batch never waits for more entries than may be pending: it would linger its whole time
+        self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity, self.max_pending)
         self.overwrite_if_full = bool(overwrite_if_full)
         self._entry_limit = queue.max_entry_bytes  # fixed for the queue handle's life
         self._encoding = queue.encoding
@@ -224,6 +233,8 @@ class Producer:
         self._flush_upto = 0  # entries before this one go at once, without lingering
         self._closed = False
         self._stopped = False  # the producer thread has taken its last entry
+        self._sending: _Batch | None = None  # the batch the producer thread appends now
+        self._why = ""  # why it closed, if its thread failed
         self._thread = threading.Thread(target=self._run, name=f"large_queue producer {queue.name}")
         self._thread.start()
 
@@ -265,7 +276,7 @@ class Producer:
             while not self._closed and len(self._intake) >= self.max_pending - self._taken + self._resolved:
                 self._room.wait()
             if self._closed:
-                raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
+                raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more{self._why}")
 
     def _after_append(self, future: OffsetFuture) -> None:
         """Wake the producer thread for a full batch or a first entry; refuse an entry sent past the end."""
@@ -309,8 +320,38 @@ class Producer:
         self._room.notify_all()  # blocked senders raise
 
     def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            self._append(*batch)
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._sending = batch[0]
+                self._append(*batch)
+        except BaseException as exc:  # the thread ends: no future may be left waiting on it
+            self._fail_everything(exc)
+            raise
+
+    def _fail_everything(self, cause: BaseException) -> None:
+        """The producer thread is failing: fail its batch and every entry waiting, and refuse more."""
+        error = errors.LargeQueueError(
+            f"{self!r} stopped: its thread failed ({type(cause).__name__}: {cause}); entries not yet"
+            " resolved were not appended"
+        )
+        with self._lock:
+            self._closed = self._stopped = True
+            self._why = f" (its thread failed: {type(cause).__name__}: {cause})"
+            waiting = [future for _, future in self._intake]
+            self._intake.clear()
+            batches = [self._sending] if self._sending is not None else []
+            if waiting:
+                self._taken += len(waiting)
+                batches.append(_Batch())
+                for index, future in enumerate(waiting):
+                    future._batch, future._index = batches[-1], index
+            for batch in batches:
+                if not batch.resolved.is_set():
+                    batch.fail(error)
+                    batch.resolved.set()
+            self._resolved = self._taken
+            for condition in (self._taking, self._room, self._done, self._work):
+                condition.notify_all()
 
     def _next_batch(self) -> tuple[_Batch, list[Any]] | None:
         """The next batch and its entries, when due; None when the producer is closed and nothing waits.
@@ -365,7 +406,7 @@ class Producer:
         """One append of the batch's entries, then resolve it (every future of it at once)."""
         outcome = self._enqueue(values)
         if isinstance(outcome, BaseException):
-            batch.error = outcome
+            batch.fail(outcome)
         else:
             batch.offsets = outcome
         with _RESOLVING:

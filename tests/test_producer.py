@@ -15,6 +15,7 @@ import pytest
 from large_queue import (
     EntryTooLargeError,
     InvalidArgumentError,
+    LargeQueueError,
     Producer,
     Queue,
     QueueFullError,
@@ -271,11 +272,77 @@ def test_callbacks_run_once_when_the_batch_resolves(store: Store) -> None:
 def test_bad_settings_are_refused(store: Store) -> None:
     queue = store.new_queue()
     options: dict[str, Any]
-    for options in ({"linger": -1}, {"max_batch": 0}, {"max_pending": 1.5}):
+    for options in (
+        {"linger": -1},
+        {"linger": 1e10},  # past what a thread can wait: it would end the producer's thread
+        {"linger": "0.1"},
+        {"max_batch": 0},
+        {"max_pending": 1.5},
+    ):
         with pytest.raises(InvalidArgumentError):
             queue.producer(**options)
     with queue.producer(max_batch=10_000) as producer:
         assert producer.max_batch == queue.capacity
+    with queue.producer(max_batch=10, max_pending=4) as producer:
+        assert producer.max_batch == 4  # a batch never waits for more entries than may be pending
+
+
+def test_senders_blocked_on_max_pending_do_not_wait_out_the_linger(store: Store) -> None:
+    queue = store.new_queue(capacity=100, slots_per_record=10)
+    started = time.monotonic()
+    with queue.producer(linger=2.0, max_batch=100, max_pending=10) as producer:
+        futures = [producer.send(value) for value in range(30)]
+        assert [f.result(timeout=10) for f in futures] == list(range(30))
+        assert time.monotonic() - started < 1.0  # full batches of max_pending go at once
+
+
+def test_a_failed_batchs_error_is_raised_from_its_own_traceback_every_time(store: Store) -> None:
+    queue = store.new_queue(capacity=3, slots_per_record=3)
+    queue.enqueue_batch([0, 1, 2])
+    with queue.producer(linger=NEVER) as producer:
+        futures = [producer.send(value) for value in range(3)]
+        producer.flush(timeout=10)
+    depths = []
+    for future in futures * 20:
+        with pytest.raises(QueueFullError) as raised:
+            future.result(timeout=0)
+        depth, tb = 0, raised.value.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        depths.append(depth)
+    assert max(depths) == min(depths), depths  # not one frame more at every call
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end, shown
+def test_a_producer_whose_thread_dies_fails_every_waiting_future_and_refuses_more(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    append = queue._append_checked
+    calls = []
+    release = threading.Event()
+
+    def dying_append(values: list[Any], **options: Any) -> range:
+        calls.append(values)
+        if len(calls) == 2:  # something no append error is: the thread itself ends
+            release.wait(10)
+            raise SystemExit(3)
+        return append(values, **options)
+
+    queue._append_checked = dying_append  # type: ignore[method-assign,assignment]
+    producer = queue.producer(linger=NEVER, max_batch=2)
+    done = [producer.send(value) for value in "ab"]  # a full batch: appended
+    assert [f.result(timeout=5) for f in done] == [0, 1]
+    sending = [producer.send(value) for value in "cd"]  # the batch the thread dies in
+    while len(calls) < 2:
+        time.sleep(0.01)
+    waiting = producer.send("e")  # waits for a batch that never comes
+    release.set()
+    for future in [*sending, waiting]:  # resolved, not left hanging: failed with the cause named
+        with pytest.raises(LargeQueueError, match=r"thread failed \(SystemExit: 3\)"):
+            future.result(timeout=5)
+    with pytest.raises(InvalidArgumentError, match="thread failed"):
+        producer.send("f")
+    assert producer.flush(timeout=5) is True and producer.close(timeout=5) is True
+    assert [e.value for e in drain(queue)] == ["a", "b"]
 
 
 def test_a_producer_left_open_writes_what_was_sent_when_the_program_ends(place: Place) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
 from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, QueueStats, _locked
 from large_queue import _records as rec
+from large_queue._stats import Counters
 from large_queue.backends import ListSetRange
 from tests.fix_backends import Place, Store
 
@@ -92,3 +94,20 @@ def test_the_stats_command_shows_backlog_and_consumer_lag(
     printed = json.loads(capsys.readouterr().out)
     assert (printed["size"], printed["free"], printed["tail_offset"]) == (4, 6, 6)  # the acked 2 freed
     assert printed["consumers"]["not_delivered"] == 3 and printed["consumers"]["delivered_not_acked"] == 1
+
+
+def test_counters_of_threads_that_ended_are_kept_in_one_total() -> None:
+    """A handle used by a thread per request keeps counters per live thread, not per thread it saw."""
+    counters = Counters()
+
+    def enqueue_once() -> None:
+        counters.add(enqueue_calls=1, entries_enqueued=2)
+
+    for _ in range(300):
+        thread = threading.Thread(target=enqueue_once)
+        thread.start()
+        thread.join()
+    enqueue_once()  # this thread's own
+    stats = counters.snapshot()
+    assert (stats.enqueue_calls, stats.entries_enqueued) == (301, 602)
+    assert len(counters._threads) <= 2

@@ -310,19 +310,21 @@ class Consumer:
             raise errors.InvalidArgumentError(
                 f"messages must be a list of messages (ack([message]), or message.ack()), got {messages!r}"
             )
-        foreign = [m for m in messages if not isinstance(m, Message) or m.consumer is not self]
-        if foreign:
-            raise errors.InvalidArgumentError(
-                f"{foreign[0]!r} was not delivered by this consumer (node {self.node_id!r} of queue"
-                f" {self.queue.name!r}, group {self.group!r}): settle each message with its own consumer,"
-                " as message.ack() does"
-            )
-        epoch, inflight = self._epoch, self._inflight
-        if self._owning:
-            cursor = self._cursor
-            messages = [m for m in messages if m.epoch == epoch or m.offset in inflight or m.offset >= cursor]
-        stale = [m.offset for m in messages if m.epoch != epoch]
-        if stale or not self._owning:
+        epoch, inflight, cursor, owning = self._epoch, self._inflight, self._cursor, self._owning
+        current: list[Message] = []
+        stale: list[int] = []
+        for m in messages:  # one loop: an ack of one message is the common call
+            if type(m) is not Message or m.consumer is not self:
+                raise errors.InvalidArgumentError(
+                    f"{m!r} was not delivered by this consumer (node {self.node_id!r} of queue"
+                    f" {self.queue.name!r}, group {self.group!r}): settle each message with its own"
+                    " consumer, as message.ack() does"
+                )
+            if m.epoch == epoch:
+                current.append(m)
+            elif not owning or m.offset in inflight or m.offset >= cursor:
+                stale.append(m.offset)
+        if stale or not owning:
             raise errors.OwnershipLostError(
                 f"node {self.node_id!r} cannot settle offsets {stale or [m.offset for m in messages]}:"
                 " it no longer owns the queue under the epoch that delivered them; the new owner"
@@ -330,6 +332,7 @@ class Consumer:
                 queue=self.queue.name,
                 node_id=self.node_id,
             )
+        messages = current
         again = [m.offset for m in messages if inflight.get(m.offset, m.delivery_count) != m.delivery_count]
         if again:
             raise errors.DeliveryExpiredError(

@@ -24,6 +24,7 @@ stored floats JSON has no number for print as the strings "NaN",
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import json
@@ -54,14 +55,21 @@ def _print(value: Any) -> None:
 
 
 def _standard(value: Any) -> Any:
-    """``value`` with the floats JSON has no number for (NaN, infinities) as the strings JavaScript uses."""
+    """``value`` as JSON can say it: the floats JSON has no number for (NaN, infinities) as the strings
+    JavaScript uses, and bytes map keys as ``"$bytes:<base64>"`` (a JSON key must be a string)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {key: _standard(item) for key, item in value.items()}
+        return {_key(key): _standard(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_standard(item) for item in value]
     return value
+
+
+def _key(key: Any) -> Any:
+    if isinstance(key, (bytes, bytearray)):
+        return "$bytes:" + base64.b64encode(bytes(key)).decode()
+    return key
 
 
 def _no_constant(name: str) -> Any:
@@ -78,31 +86,38 @@ def _finite(text: str) -> float:
 def _demo(url: str | None) -> None:
     store = connect(url)
     print(f"store: {store!r}")
-    Queue.delete(store, "demo")
+    if "demo" in Queue.names(store):
+        raise errors.QueueExistsError(
+            "the demo makes (and deletes) a queue named 'demo', and this store already has one:"
+            " delete it first (large-queue delete demo) or run the demo on another store",
+            queue="demo",
+        )
     queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
-    print(
-        f"created {queue!r}: {queue.shape.record_count} buffer records"
-        f" of {queue.shape.slots_per_record} slots"
-    )
-    for n in range(12):
-        try:
-            offset = queue.enqueue({"msg-id": n, "text": f"message {n}"})
-            print(f"enqueued message {n} at offset {offset}")
-        except errors.QueueFullError as exc:
-            print(f"message {n} refused: {exc}")
-    print(
-        "with overwrite_if_full the oldest entry makes room:",
-        queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True),
-    )
-    info = queue.info()
-    print(f"head {info.head_offset}, tail {info.tail_offset}, size {info.size}")
-    print("offset read of the head, no lock:", queue.get(info.head_offset))
-    print("offset read of an overwritten offset:", queue.get(0))
-    print("batch dequeue of 5:", [e.value["msg-id"] for e in queue.dequeue_batch(5)])
-    while (entry := queue.dequeue()) is not None:
-        print(f"dequeued offset {entry.offset}: {entry.value}")
-    print("empty now:", queue.info().size == 0)
-    Queue.delete(store, "demo")
+    try:
+        print(
+            f"created {queue!r}: {queue.shape.record_count} buffer records"
+            f" of {queue.shape.slots_per_record} slots"
+        )
+        for n in range(12):
+            try:
+                offset = queue.enqueue({"msg-id": n, "text": f"message {n}"})
+                print(f"enqueued message {n} at offset {offset}")
+            except errors.QueueFullError as exc:
+                print(f"message {n} refused: {exc}")
+        print(
+            "with overwrite_if_full the oldest entry makes room:",
+            queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True),
+        )
+        info = queue.info()
+        print(f"head {info.head_offset}, tail {info.tail_offset}, size {info.size}")
+        print("offset read of the head, no lock:", queue.get(info.head_offset))
+        print("offset read of an overwritten offset:", queue.get(0))
+        print("batch dequeue of 5:", [e.value["msg-id"] for e in queue.dequeue_batch(5)])
+        while (entry := queue.dequeue()) is not None:
+            print(f"dequeued offset {entry.offset}: {entry.value}")
+        print("empty now:", queue.info().size == 0)
+    finally:
+        Queue.delete(store, "demo")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -329,7 +344,7 @@ def _stored_stats(queue: Queue) -> dict[str, Any]:
     stats: dict[str, Any] = {
         "queue": queue.name,
         "size": info.size,
-        "free": info.capacity - info.size,
+        "free": info.capacity - (info.reserved_tail - info.head_offset),  # reserved, unpublished: used
         "head_offset": info.head_offset,
         "tail_offset": info.tail_offset,
         "locked_by": info.lock_owner,
@@ -439,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "stats":
                 _print(_stored_stats(queue))
             elif args.command == "dequeue":
-                _print(_entry(queue.dequeue()))
+                _print(_entry(_dequeue(queue)))
             elif args.command == "expire":
                 dropped = queue.expire()
                 _print({"dropped": len(dropped), "offsets": [dropped.start, dropped.stop] if dropped else []})
@@ -453,6 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ]
                 except ValueError as exc:  # json.JSONDecodeError is one
                     raise errors.InvalidArgumentError(f"an entry is not valid JSON: {exc}") from None
+                except RecursionError:
+                    raise errors.InvalidArgumentError("an entry is nested too deeply to read") from None
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})
     except errors.LargeQueueError as exc:
@@ -460,7 +477,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"large-queue: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("large-queue: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of the output left (| head): nothing more to say
+        # Python would complain again when it flushes stdout at exit: point it at nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
+
+
+def _dequeue(queue: Queue) -> Entry | None:
+    """One dequeue. Where an unpublished reservation stands at the head (a producer that died, or
+    is slow), waits up to the queue's hole timeout: a reader closes such a hole only once it has
+    seen it open that long, and each run of the command is a new reader."""
+    entry = queue.dequeue()
+    if entry is not None or not queue.reserved:
+        return entry
+    info = queue.info()
+    if info.reserved_tail == info.tail_offset or info.head_offset != info.tail_offset:
+        return entry  # nothing unpublished at the head
+    print(
+        f"large-queue: offset {info.tail_offset} is reserved and not yet published; waiting up to"
+        f" {queue.hole_timeout:g} s (the hole timeout) before it is closed",
+        file=sys.stderr,
+    )
+    return queue.dequeue(timeout=queue.hole_timeout * 1.5 + 0.1)
 
 
 if __name__ == "__main__":

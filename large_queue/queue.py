@@ -699,7 +699,7 @@ class Queue:
             return []
         from large_queue.cluster import _groups
 
-        return [_groups.describe_at(self, name, tail) for name in metadata.groups]
+        return [_groups.describe_at(self, name, tail, metadata.head) for name in metadata.groups]
 
     def published_tail(self, *, close_overdue: bool = False) -> tuple[int, int]:
         """``(head, end of the published prefix)`` now: what a reader may read.

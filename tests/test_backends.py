@@ -37,7 +37,7 @@ from large_queue.backends.conditions import (
     gt,
     sub,
 )
-from large_queue.backends.embedded import EmbeddedBackend
+from large_queue.backends.embedded import _SCHEMA, EmbeddedBackend
 from tests.fix_backends import Store
 
 
@@ -197,7 +197,7 @@ def test_a_file_made_before_space_was_reclaimed_is_compacted(tmp_path: Path) -> 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as old:  # as earlier versions made files: no auto-vacuum
         old.execute("PRAGMA auto_vacuum=NONE")
-        old.execute("CREATE TABLE t (x)")
+        old.execute(_SCHEMA)  # a store's table, made with no auto-vacuum
     store = EmbeddedBackend(path)
     Queue.create(store, "big", capacity=2000, slots_per_record=20).enqueue_batch([b"x" * 2000] * 2000)
     Queue.delete(store, "big")

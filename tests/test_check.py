@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue import Queue, QueueNotFoundError, connect
+from large_queue import CorruptQueueError, Queue, QueueNotFoundError, connect
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
@@ -184,3 +184,16 @@ def test_help_says_what_each_option_does_and_its_default(capsys: pytest.CaptureF
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     assert "single operations of each kind (default: 3000)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_publish_into_a_missing_buffer_record_names_the_record_not_a_deleted_queue(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
+    queue.enqueue("kept")
+    store.backend.remove(queue.keys.buffer(0))
+    with pytest.raises(
+        CorruptQueueError, match=r"buffer record 0 .* is missing: offsets 1\.\.1 were reserved"
+    ):
+        queue.enqueue("lost")
+    Queue.delete(store.backend, queue.name)
+    with pytest.raises(QueueNotFoundError, match="was deleted"):
+        queue.enqueue("gone")

@@ -289,11 +289,18 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
         ("redis://x", "unknown store URL"),
         ("embedded://", "names no file"),
         ("aerospike://nohost/test", "not host:port"),
-        (f"embedded://{tmp_path}/c.db?record_size_limit=big", "not an integer"),
+        (f"embedded://{tmp_path}/c.db?record_size_limit=big", "not a positive integer"),
         ("embedded://tmp/x.db", r"names a host \('tmp'\).* use embedded:///tmp/x.db \(three slashes\)"),
         (f"embedded://{tmp_path}/d.db?namespace=x", r"unknown parameter\(s\) namespace in"),
         (f"embedded://{tmp_path}/e.db?namespaces=a,,b", "names an empty namespace"),
         ("aerospike://127.0.0.1:1/test?timeout=5", r"unknown parameter\(s\) timeout in .* timeout_ms"),
+        ("aerospike://127.0.0.1:1/test?timeout_ms=0", "not a positive integer"),
+        ("aerospike://127.0.0.1:1/test?timeout_ms=-5", "not a positive integer"),
+        (f"embedded://{tmp_path}/g.db?record_size_limit=0", "not a positive integer"),
+        ("aerospike://127.0.0.1:0/test", "a port from 1 to 65535"),
+        ("aerospike://127.0.0.1:99999/test", "a port from 1 to 65535"),
+        ("aerospike://127.0.0.1:\u00b3/test", "not host:port"),
+        ("aerospike://127.0.0.1:4333/test?tls_name=db.example", "without cafile="),
     ]:
         with pytest.raises(errors.InvalidArgumentError, match=message):
             connect(bad)

@@ -502,9 +502,24 @@ class Appender:
                     return  # the timed-out attempt (or the txn's earlier call) was applied
                 raise self._closed(put.record, pairs(put.slots), timed_out=timed_out) from None
             elif isinstance(failure, errors.RecordNotFoundError):
-                raise replaced_error(self.keys.name, created_again=False) from None
+                raise self._missing(put) from None
             else:
                 raise failure
+
+    def _missing(self, put: SlotPut) -> errors.QueueError:
+        """Why a publish found no buffer record: the queue is gone (or another now), or that record is."""
+        self.counters.add(commands=1)
+        metadata = self.backend.get(self.keys.metadata)
+        if metadata is None or metadata.bins.get(rec.INCARNATION) != self.incarnation:
+            return replaced_error(self.keys.name, created_again=metadata is not None)
+        offsets = [offset for _, offset in pairs(put.slots)]
+        return errors.CorruptQueueError(
+            f"buffer record {put.record} of queue {self.keys.name!r} is missing: offsets {offsets[0]}.."
+            f"{offsets[-1]} were reserved and not written (readers close them after the hole timeout);"
+            " large-queue check --repair makes the record again",
+            queue=self.keys.name,
+            record=put.record,
+        )
 
     def _read_slots(self, record: int, slots: list[tuple[int, int]]) -> list[Any]:
         """What the slots of ``(slot index, offset)`` pairs hold now, in their order (one command)."""

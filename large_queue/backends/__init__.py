@@ -107,13 +107,13 @@ def _single(query: dict[str, list[str]], name: str) -> str | None:
 
 
 def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
+    """The positive integer given as ``name``, if it is given (0 or less is refused, not taken as unset)."""
     value = _single(query, name)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name}={value!r} in {url!r} is not an integer") from None
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise errors.InvalidArgumentError(f"{name}={value!r} in {url!r} is not a positive integer")
+    return int(value)
 
 
 _PARAMETERS = {
@@ -159,11 +159,18 @@ def _from_url(url: str, *, create: bool) -> Backend:
         hosts = []
         for item in parts.netloc.split("@")[-1].split(","):
             host, _, port = item.rpartition(":")
-            if not host or not port.isdigit():
-                raise errors.InvalidArgumentError(f"host {item!r} in {url!r} is not host:port")
+            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+                raise errors.InvalidArgumentError(
+                    f"host {item!r} in {url!r} is not host:port (a port from 1 to 65535)"
+                )
             hosts.append((host.strip("[]"), int(port)))
         namespace = parts.path.strip("/") or "test"
         cafile = _single(query, "cafile")
+        if _single(query, "tls_name") is not None and cafile is None:
+            raise errors.InvalidArgumentError(
+                f"tls_name= in {url!r} without cafile=: TLS needs the CA file that signed the server's"
+                " certificate (cafile=/path/to/ca.pem); without it the connection would not be TLS at all"
+            )
         return AerospikeBackend.connect(
             AerospikeSettings(
                 hosts=tuple(hosts),

@@ -93,6 +93,18 @@ CREATE TABLE IF NOT EXISTS records (
 """
 
 
+def _refuse_a_foreign_file(conn: sqlite3.Connection, path: Path) -> None:
+    """``StoreFileError`` for an SQLite file with tables but none of a store's: it is left as it is."""
+    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    if tables and "records" not in tables:
+        conn.close()
+        raise errors.StoreFileError(
+            f"{path} is an SQLite database of something else (tables {', '.join(sorted(tables)[:5])}),"
+            " not an embedded store: it is left unchanged; name another file",
+            code=-1,
+        )
+
+
 def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
     return cls(message, code=_CODE.get(cls, -1), in_doubt=False)
 
@@ -191,6 +203,8 @@ class EmbeddedBackend(Backend):
             # steps as small as the record: set before the first table, so for new files only.
             if conn.execute("PRAGMA page_count").fetchone()[0] == 0:  # a new file
                 conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            else:
+                _refuse_a_foreign_file(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
             # No memory-mapped I/O: with it, the first command after another

@@ -61,10 +61,11 @@ MAX_GROUP_NAME_CHARS = 40
 class GroupInfo:
     """A consumer group as stored now: who owns it, how far it got, and what it is owed.
 
-    ``lag`` is the end of the published prefix minus ``acked_offset``: the
-    entries the group has still to ack. ``lost`` counts entries overwritten
-    before the group acked them; ``dead_lettered`` those moved to its
-    dead-letter queue.
+    ``lag`` is the end of the published prefix minus ``acked_offset`` (or
+    the queue's head, where the head has passed it): the entries the group
+    has still to ack. ``lost`` counts entries overwritten (or expired) before
+    the group acked them, also those its consumers have not yet met;
+    ``dead_lettered`` those moved to its dead-letter queue.
     """
 
     name: str
@@ -144,8 +145,8 @@ def describe(queue: Queue, name: str, *, timeout: float = 10.0) -> GroupInfo:
             queue=queue.name,
             group=name,
         )
-    _, tail = queue.published_tail()
-    return describe_at(queue, name, tail, timeout=timeout)
+    head, tail = queue.published_tail()
+    return describe_at(queue, name, tail, head, timeout=timeout)
 
 
 def describe_all(queue: Queue, *, timeout: float = 10.0) -> list[GroupInfo]:
@@ -153,11 +154,17 @@ def describe_all(queue: Queue, *, timeout: float = 10.0) -> list[GroupInfo]:
     return list(queue.info().groups)
 
 
-def describe_at(queue: Queue, name: str, tail: int, *, timeout: float = 10.0) -> GroupInfo:
-    """Group ``name``, its lag counted up to ``tail`` (the end of the published prefix)."""
+def describe_at(queue: Queue, name: str, tail: int, head: int, *, timeout: float = 10.0) -> GroupInfo:
+    """Group ``name``, its lag counted up to ``tail`` (the end of the published prefix) from ``head`` on.
+
+    Entries below the queue's head that the group had not acked are lost,
+    whether or not its consumers have met the loss yet (they count it, as
+    here, when they next deliver).
+    """
     ownership = Ownership(queue, "info", timeout=timeout, group=name)
     state = ownership.read()
     acked = acked_position(state.cursor, state.inflight)
+    unseen_loss = max(0, head - state.cursor) + sum(1 for offset in state.inflight if offset < head)
     return GroupInfo(
         name=name,
         owner=state.owner or None,
@@ -165,8 +172,8 @@ def describe_at(queue: Queue, name: str, tail: int, *, timeout: float = 10.0) ->
         delivered_offset=state.cursor,
         acked_offset=acked,
         in_flight=len(state.inflight),
-        lag=max(0, tail - acked),
-        lost=state.lost,
+        lag=max(0, tail - max(acked, head)),
+        lost=state.lost + unseen_loss,
         dead_lettered=state.dead_lettered,
         nodes=ownership.nodes(),
     )

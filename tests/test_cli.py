@@ -1,0 +1,115 @@
+"""The command line as an operator meets it: whatever is stored is printed, a hole at the head is
+waited out, the gauges count what producers reserved, and no file or queue it was not asked about
+is touched."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from large_queue import Queue
+from large_queue.cli import main
+from tests.fix_backends import Place
+
+
+def _out(capsys: pytest.CaptureFixture[str]) -> str:
+    return capsys.readouterr().out
+
+
+def test_an_entry_with_bytes_keys_is_printed_not_lost(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=6, slots_per_record=3)
+    queue.enqueue_batch([{b"k": b"v", "n": 1}, {b"k": 2}])
+    assert main(["--url", place.url, "get", name, "0"]) == 0
+    printed = json.loads(_out(capsys))
+    assert printed["value"] == {"$bytes:aw==": {"$bytes": "dg=="}, "n": 1}
+    assert main(["--url", place.url, "dequeue", name]) == 0
+    assert json.loads(_out(capsys))["value"] == {"$bytes:aw==": {"$bytes": "dg=="}, "n": 1}
+    assert main(["--url", place.url, "dequeue", name]) == 0
+    assert json.loads(_out(capsys))["value"] == {"$bytes:aw==": 2}
+
+
+def test_dequeue_waits_out_a_reservation_never_published(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=9, slots_per_record=3, hole_timeout=0.3)
+    queue.enqueue("before")
+    queue.appender.reserve(1, overwrite=False)  # a producer killed before it published
+    queue.enqueue("after")
+    assert main(["--url", place.url, "stats", name]) == 0
+    stats = json.loads(_out(capsys))
+    assert (stats["size"], stats["free"]) == (1, 6)  # the reserved offset is not free
+    assert main(["--url", place.url, "dequeue", name]) == 0
+    assert json.loads(_out(capsys))["value"] == "before"
+    assert main(["--url", place.url, "dequeue", name]) == 0  # a new process: it waits the hole timeout
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["value"] == "after"
+    assert "offset 1 is reserved and not yet published" in captured.err
+
+
+def test_the_demo_leaves_a_users_queue_named_demo_alone(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = place.connect()
+    Queue.delete(backend, "demo")
+    mine = Queue.create(backend, "demo", capacity=10)
+    try:
+        mine.enqueue("precious")
+        assert main(["--url", place.url, "demo"]) == 1
+        assert "already has one" in capsys.readouterr().err
+        assert mine.dequeue().value == "precious"  # type: ignore[union-attr]
+    finally:
+        Queue.delete(backend, "demo")
+
+
+def test_another_programs_sqlite_file_is_refused_and_left_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "other.db"
+    other = sqlite3.connect(path)
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    assert main(["--url", f"embedded://{path}", "list"]) == 1
+    assert "not an embedded store" in capsys.readouterr().err
+    other = sqlite3.connect(path)
+    tables = [row[0] for row in other.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["t"] and other.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    other.close()
+
+
+def test_an_entry_nested_past_what_can_be_read_is_one_line(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    assert main(["--url", place.url, "create", name, "--capacity", "4"]) == 0
+    _out(capsys)
+    assert main(["--url", place.url, "enqueue", name, "[" * 5000 + "]" * 5000]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("large-queue: InvalidArgumentError:") and error.count("\n") == 1
+
+
+def test_a_groups_loss_shows_before_its_consumers_meet_it(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=4, slots_per_record=2)
+    queue.create_group("g")
+    queue.enqueue_batch([1, 2, 3, 4])
+    queue.enqueue_batch([5, 6, 7], overwrite_if_full=True)  # drops 1, 2, 3: the group had acked none
+    (group,) = queue.groups()
+    assert (group.lag, group.lost) == (4, 3)
+    assert main(["--url", place.url, "stats", name]) == 0
+    assert json.loads(_out(capsys))["groups"]["g"]["lost"] == 3
+    with queue.consumer("n1", group="g", time_slice=30, timeout=5, poll_interval=0.05) as consumer:
+        got = consumer.receive(10, timeout=2)
+        got += consumer.receive(10, timeout=2)
+        assert [m.value for m in got] == [4, 5, 6, 7]
+    (group,) = queue.groups()
+    assert (group.lag, group.lost) == (4, 3)  # counted once: now stored, no longer unseen

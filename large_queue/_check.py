@@ -4,10 +4,11 @@ It reads the metadata record and every buffer record (batch gets, so a few
 round trips) and names each problem: bins missing or of the wrong type, head
 and tail out of order, a missing buffer record, a malformed slot, a slot
 holding an offset that does not belong there, a live offset whose entry is
-gone, a fencing mark ahead of the metadata's counter. It changes nothing,
-except with ``repair=True``, which recreates missing buffer records (empty;
-what they held is gone either way, and the report says which offsets). Head,
-tail and slot contents are never rewritten: guessing them could lose data.
+gone, a fencing mark ahead of the metadata's counter, a consumer group
+without its owner record. It changes nothing, except with ``repair=True``,
+which recreates missing buffer records (empty; what they held is gone either
+way, and the report says which offsets). Head, tail and slot contents are
+never rewritten: guessing them could lose data.
 """
 
 from __future__ import annotations
@@ -75,7 +76,21 @@ def check_queue(store: Any, name: str, *, namespace: str | None = None, repair: 
         )
     keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=metadata.buffer_namespace)
     _check_buffers(backend, keys, metadata, report, repair)
+    _check_groups(backend, keys, metadata, report)
     return report
+
+
+def _check_groups(backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata, report: CheckReport) -> None:
+    """Every consumer group the metadata lists has its owner record (cursor and in-flight entries)."""
+    if not metadata.groups:
+        return
+    owners = backend.batch_read([(keys.group(group).owner, None) for group in metadata.groups])
+    for group, owner in zip(metadata.groups, owners, strict=True):
+        if owner is None:
+            report.problems.append(
+                f"consumer group {group!r} is listed but its owner record is missing: where it had got"
+                f" to is gone (large-queue groups {keys.name} --delete {group}, then create it again)"
+            )
 
 
 def _check_buffers(

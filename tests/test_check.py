@@ -197,3 +197,17 @@ def test_a_publish_into_a_missing_buffer_record_names_the_record_not_a_deleted_q
     Queue.delete(store.backend, queue.name)
     with pytest.raises(QueueNotFoundError, match="was deleted"):
         queue.enqueue("gone")
+
+
+def test_a_consumer_group_without_its_owner_record_is_named(store: Store) -> None:
+    queue = store.new_queue()
+    queue.create_group("billing")
+    assert check_queue(store.backend, queue.name).ok
+    store.backend.remove(queue.keys.group("billing").owner)
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == [
+        "consumer group 'billing' is listed but its owner record is missing: where it had got to is gone"
+        f" (large-queue groups {queue.name} --delete billing, then create it again)"
+    ]
+    assert queue.delete_group("billing")
+    assert check_queue(store.backend, queue.name).ok

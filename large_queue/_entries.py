@@ -185,6 +185,11 @@ def check_encoding(encoding: object) -> str:
 
 def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATIVE) -> list[Any]:
     """Validate every entry (type and size); return them as ``encoding`` stores them."""
+    if isinstance(entries, (str, bytes, bytearray, dict)) or not isinstance(entries, Iterable):
+        raise errors.InvalidArgumentError(
+            f"entries must be an iterable of entries (a list, say), got {type(entries).__name__}:"
+            " enqueue(entry) appends one"
+        )
     as_json = encoding == JSON
     packed = encoding == MSGPACK
     cuts_nul = encoding == NATIVE

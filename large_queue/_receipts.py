@@ -300,6 +300,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     count, overwrite=overwrite, receipt=ReceiptWrite(receipt_put, guard, txn_id)
                 )
                 queue.appender.publish(first, values, now_ms)
+            queue.counters.add(enqueue_calls=1, entries_enqueued=count)  # a repeat below is not counted so
             return range(first, first + count)
         except errors.ReservationClosedError:
             # Our own publish was refused: nothing of this reservation was published, and only a

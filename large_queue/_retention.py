@@ -118,30 +118,43 @@ def drop_expired(queue: Queue) -> range:
         if new_head <= grant.head:
             queue.lock.release(grant)
             return range(grant.head, grant.head)
-        queue.lock.commit(grant, head=new_head, published=new_head if queue.reserved else None)
+        # A head that passes offsets with no time (closed, or reserved and not published below an
+        # expired entry) may skip a reservation whose receipt is pending: said, as every such move does
+        queue.lock.commit(
+            grant,
+            head=new_head,
+            published=new_head if queue.reserved else None,
+            skipped_to=new_head if queue.marked else None,
+        )
     report(queue, new_head - grant.head)
     return range(grant.head, new_head)
 
 
 def _short_of_pending(queue: Queue, head: int, end: int) -> int:
-    """``end``, or the first of the unpublished offsets just below it (one read).
+    """``end``, or the first of the unpublished offsets just below it (a read a buffer record).
 
     The bisection passes over offsets with no time: closed, overwritten, and
     reserved but not yet published. An unpublished offset with an expired
     entry above it was reserved before that entry, so it is older still and
     goes too; one with none above it (up to ``end``) may be younger, and stays.
+    So the offsets below ``end`` are read back, a record at a time, down to
+    the first entry: a run of reservations longer than a record (a batch in
+    flight) stays whole.
     """
-    low = max(head, end - queue.shape.slots_per_record)
-    slots = queue.prefix.slots(low, end)
-    for offset in range(end - 1, low - 1, -1):
-        try:
-            kind, _ = kind_of(offset, slots.get(offset))
-        except ValueError:  # not a slot this queue writes: left for a reader to report
-            return offset
-        if kind == PENDING:
-            end = offset
-        elif kind == ENTRY:
-            break
+    top = end
+    while top > head:
+        low = max(head, top - queue.shape.slots_per_record)
+        slots = queue.prefix.slots(low, top)
+        for offset in range(top - 1, low - 1, -1):
+            try:
+                kind, _ = kind_of(offset, slots.get(offset))
+            except ValueError:  # not a slot this queue writes: left for a reader to report
+                return offset
+            if kind == PENDING:
+                end = offset
+            elif kind == ENTRY:
+                return end
+        top = low
     return end
 
 

@@ -11,7 +11,8 @@ import os
 
 from large_queue import errors
 
-MAX_TXN_ID_CHARS = 128
+#: the longest txn id, in UTF-8 bytes: what a receipt is sized for (see ``_lifecycle.RECEIPT_BYTES``)
+MAX_TXN_ID_BYTES = 128
 
 
 def _new_process_id() -> None:
@@ -34,6 +35,14 @@ def txn_id(txn_id: object) -> str:
     if type(txn_id) not in (int, str) or str(txn_id) == "":
         raise errors.InvalidArgumentError(f"txn_id must be a non-empty str or an int, got {txn_id!r}")
     text = str(txn_id)
-    if len(text) > MAX_TXN_ID_CHARS:
-        raise errors.InvalidArgumentError(f"txn_id is longer than {MAX_TXN_ID_CHARS} characters")
+    if "\x00" in text:  # Aerospike would cut it there: two ids could become one
+        raise errors.InvalidArgumentError(f"txn_id must not hold a NUL character, got {text!r}")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise errors.InvalidArgumentError(f"txn_id is not valid text (a lone surrogate): {text!r}") from None
+    if size > MAX_TXN_ID_BYTES:
+        raise errors.InvalidArgumentError(
+            f"txn_id is {size} bytes in UTF-8, longer than {MAX_TXN_ID_BYTES} (each receipt is sized for it)"
+        )
     return text

@@ -41,7 +41,7 @@ from large_queue._entries import (
 )
 from large_queue._entries import Entry as Entry  # the entry a dequeue returns, at home here for users
 from large_queue._frozen import frozen
-from large_queue._lifecycle import positive_int
+from large_queue._lifecycle import positive_int, seconds
 from large_queue._msgpack import unpack
 from large_queue._quick_take import QuickTakes
 from large_queue._read_ahead import ReadAhead
@@ -120,6 +120,8 @@ class Queue:
         lock_policy: LockPolicy = LockPolicy(),
         fence_counter_limit: int = DEFAULT_COUNTER_LIMIT,
     ) -> None:
+        if not isinstance(lock_policy, LockPolicy):
+            raise errors.InvalidArgumentError(f"lock_policy must be a LockPolicy, got {lock_policy!r}")
         self.backend = backend
         self.name = name
         self.shape = metadata.shape
@@ -300,7 +302,10 @@ class Queue:
         Each queue is the set holding its metadata record.
         """
         backend = connect(store)
-        return backend.sets_holding(namespace or backend.default_namespace, rec.METADATA_KEY)
+        namespace = rec.check_name(
+            "namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES
+        )
+        return backend.sets_holding(namespace, rec.METADATA_KEY)
 
     @staticmethod
     def delete(store: Any, name: str, *, namespace: str | None = None) -> bool:
@@ -380,6 +385,8 @@ class Queue:
                 f"a batch of {count} entries does not fit queue {self.name!r} of capacity {self.capacity}"
             )
         if count == 0:
+            if txn_id is not None:  # nothing to write, but a bad id is still refused
+                _txn_id(txn_id)
             return range(0)
         try:
             return self._append_now(values, txn_id, overwrite_if_full, receipt)
@@ -395,10 +402,8 @@ class Queue:
         count = len(values)
         mine = receipt and txn_id is not None
         if self.reserved:
-            if mine:
-                offsets = _receipts.append_once(self, values, _txn_id(txn_id), overwrite_if_full)
-                self.counters.add(enqueue_calls=1, entries_enqueued=count)
-                return offsets
+            if mine:  # counted there: a call answered from its receipt enqueued nothing
+                return _receipts.append_once(self, values, _txn_id(txn_id), overwrite_if_full)
             if txn_id is not None:  # it names nothing here (no lock), but a bad one is still refused
                 _txn_id(txn_id)
             with self.backend.grouped():  # on the embedded store, one transaction: no hole for others to see
@@ -441,6 +446,10 @@ class Queue:
         receipt log still covers that long, else "unknown". See
         :class:`large_queue.Outcome`.
         """
+        if txn_id is None:
+            raise errors.InvalidArgumentError("outcome needs the txn_id the call carried, got None")
+        if within is not None:
+            within = seconds("within", within, zero=True, most=_retention.MAX_AGE_LIMIT)
         return _receipts.outcome(self, _txn_id(txn_id), within)
 
     def producer(
@@ -499,8 +508,8 @@ class Queue:
         """
         positive_int("max_entries", max_entries)
         txn = _txn_id(txn_id)
-        if timeout is not None and not timeout >= 0:
-            raise errors.InvalidArgumentError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        if timeout is not None:
+            timeout = seconds("timeout", timeout, zero=True, most=_retention.MAX_AGE_LIMIT)
         mine = txn_id is not None
         if not timeout:
             return _dequeue.now(self, max_entries, txn, mine)

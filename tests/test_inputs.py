@@ -12,6 +12,7 @@ from large_queue import (
     CorruptQueueError,
     EntryTooLargeError,
     InvalidArgumentError,
+    LockPolicy,
     Queue,
     QueueNotFoundError,
     UnsupportedEntryError,
@@ -20,7 +21,7 @@ from large_queue import _records as rec
 from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH, check_entries, max_entry_bytes
 from large_queue.backends import WriteMode, connect
 from large_queue.errors import NamespaceNotFoundError
-from tests.fix_backends import Store
+from tests.fix_backends import APPENDS, Store
 
 
 class Custom:
@@ -327,3 +328,40 @@ def test_missing_buffer_record_is_named_and_lock_released(store: Store) -> None:
         queue.enqueue_batch(["a", "b", "c"])
     assert queue.info().lock_owner is None
     assert queue.dequeue().value == "in record 0"  # type: ignore[union-attr]
+
+
+def test_bad_call_arguments_are_library_errors_before_anything_is_written(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue("kept")
+    for bad, named in [
+        (lambda: queue.dequeue(timeout="1"), "timeout"),
+        (lambda: queue.dequeue(timeout=True), "timeout"),
+        (lambda: queue.dequeue_batch(2, timeout=math.nan), "timeout"),
+        (lambda: queue.outcome("T", within=math.inf), "within"),
+        (lambda: queue.outcome("T", within=-5), "within"),
+        (lambda: queue.outcome(None), "txn_id"),  # type: ignore[arg-type]
+        (lambda: queue.enqueue_batch(None), "iterable"),  # type: ignore[arg-type]
+        (lambda: queue.enqueue_batch("abc"), "iterable"),
+        (lambda: queue.enqueue_batch([], txn_id=True), "txn_id"),  # type: ignore[arg-type]
+        (lambda: queue.enqueue("x", txn_id="job\x00001"), "NUL"),  # Aerospike would cut it: ids would collide
+        (
+            lambda: queue.enqueue("x", txn_id="\U0001f600" * 40),
+            "bytes in UTF-8",
+        ),  # 160 bytes: receipts fit 128
+        (lambda: Queue.names(store.backend, namespace=5), "namespace"),  # type: ignore[arg-type]
+        (lambda: Queue.open(store.backend, queue.name, lock_policy=None), "LockPolicy"),  # type: ignore[arg-type]
+        (lambda: LockPolicy(acquire_timeout="1"), "LockPolicy"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(InvalidArgumentError, match=named):
+            bad()
+    assert [e.value for e in queue.dequeue_batch(10)] == ["kept"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_call_answered_from_its_receipt_is_not_counted_as_enqueued_again(
+    store: Store, appends: str
+) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
+    assert queue.enqueue_batch([1, 2, 3], txn_id="T") == queue.enqueue_batch([1, 2, 3], txn_id="T")
+    stats = queue.stats()
+    assert (stats.enqueue_calls, stats.entries_enqueued, stats.repeats_answered) == (1, 3, 1)

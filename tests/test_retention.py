@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from large_queue import DataLossError, InvalidArgumentError, Queue, QueueFullError
+from large_queue._entries import check_entries
+from large_queue.appends import ReceiptWrite
 from large_queue.cli import main
 from tests.fix_backends import APPENDS, Place, Store
 
@@ -182,3 +184,31 @@ def test_entries_are_stamped_with_the_store_clock_not_the_producers(store: Store
     assert all(before <= stamp <= after for stamp in stamps)
     if store.clock is not None:
         assert min(stamps) > time.time() * 1000 + 86_000_000  # not this machine's clock
+
+
+def test_expire_keeps_a_run_of_reservations_longer_than_a_record_that_nothing_expired_precedes(
+    store: Store,
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=2, max_age=3600)  # nothing is an hour old
+    producers = [Queue.open(store.backend, queue.name) for _ in range(5)]
+    held = [
+        p.appender.reserve_stamped(1, overwrite=False) for p in producers
+    ]  # each between its two commands
+    assert queue.expire() == range(0, 0)
+    for producer, (first, now_ms) in zip(producers, held, strict=True):
+        producer.appender.publish(first, check_entries([f"fresh-{first}"], 1000, queue.encoding), now_ms)
+    assert [e.value for e in queue.dequeue_batch(10)] == [f"fresh-{o}" for o in range(5)]
+
+
+def test_expire_past_a_reservation_never_published_says_the_head_may_have_skipped_it(store: Store) -> None:
+    queue = _queue(store, "reserve", capacity=4, slots_per_record=2, hole_timeout=60)
+    put = queue.receipts.reserved("T", 1)
+    queue.appender.reserve_stamped(
+        1, overwrite=False, receipt=ReceiptWrite(put, queue.receipts.absent("T"), "T")
+    )
+    queue.enqueue("published")
+    store.advance(LATER)
+    assert queue.expire() == range(0, 2)  # the unpublished offset goes with the expired entry above it
+    queue.enqueue_batch([1, 2, 3, 4])  # a later lap reuses the slot that txn T reserved
+    queue.dequeue_batch(10)
+    assert queue.outcome("T").state == "unknown"  # not "committed": T's entry was never published

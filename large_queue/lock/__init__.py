@@ -119,7 +119,10 @@ class LockPolicy:
     max_wait: float = 0.05
 
     def __post_init__(self) -> None:
-        if not (self.acquire_timeout >= 0 and 0 < self.initial_wait <= self.max_wait):
+        numbers = all(
+            type(v) in (int, float) for v in (self.acquire_timeout, self.initial_wait, self.max_wait)
+        )
+        if not (numbers and self.acquire_timeout >= 0 and 0 < self.initial_wait <= self.max_wait):
             raise errors.InvalidArgumentError(
                 f"LockPolicy needs acquire_timeout >= 0 and 0 < initial_wait <= max_wait, got {self!r}"
             )

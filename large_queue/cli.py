@@ -439,11 +439,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             queue = Queue.open(connect(args.url, create=False), args.queue, namespace=args.namespace)
             if args.command == "info":
-                _print(queue.info())
                 from large_queue.cluster import ownership_info
 
+                described = dataclasses.asdict(queue.info())  # one JSON document, whatever it holds
                 with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
-                    _print({"ownership": ownership_info(queue)})
+                    described["ownership"] = dataclasses.asdict(ownership_info(queue))
+                _print(described)
             elif args.command == "groups":
                 if args.create:
                     _print({"created": queue.create_group(args.create)})

@@ -113,3 +113,17 @@ def test_a_groups_loss_shows_before_its_consumers_meet_it(
         assert [m.value for m in got] == [4, 5, 6, 7]
     (group,) = queue.groups()
     assert (group.lag, group.lost) == (4, 3)  # counted once: now stored, no longer unseen
+
+
+def test_info_of_a_shared_queue_is_one_json_document(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=6, slots_per_record=3)
+    queue.enqueue("x")
+    with queue.consumer("n1", time_slice=30, timeout=5, poll_interval=0.05) as consumer:
+        consumer.receive(1, timeout=2)
+        assert main(["--url", place.url, "info", name]) == 0
+    described = json.loads(_out(capsys))  # one document: json.loads refuses two
+    assert described["tail_offset"] == 1 and described["ownership"]["owner"] == "n1"
+    assert described["ownership"]["in_flight"] == 1

@@ -146,6 +146,7 @@ class Consumer:
         self.poll_interval = poll_interval or min(0.5, timeout / 5, time_slice / 4)
         self.max_in_flight = max_in_flight
         self._on_event = on_event
+        self._capacity = queue.capacity
         self._sync_every = max(1, min(queue.capacity // 4, 1000))
         self._lock = threading.Condition(threading.RLock())
         self._owning = False
@@ -415,7 +416,7 @@ class Consumer:
         shape = self.queue.shape
         self.deliveries.expire()
         redeliver = self.deliveries.due(self._inflight)[:max_entries]
-        budget = min(max_entries, self.queue.capacity) - len(redeliver)  # no more are there to deliver
+        budget = min(max_entries, self._capacity) - len(redeliver)  # no more are there to deliver
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
         candidates = range(self._cursor, self._cursor + max(budget, 0))

@@ -7,8 +7,8 @@ Records, in the queue's set and metadata namespace:
   while handed over and not yet claimed), ``epoch`` (grows at every change
   of owner), ``last_owner``, ``cursor`` (next offset to deliver) and
   ``inflight`` (offset -> delivery count of entries delivered, not acked).
-  Every write the owner makes is guarded by "owner, instance and epoch are
-  mine", and each one is also the owner's heartbeat: the record's time since
+  Every write the owner makes is guarded by "instance and epoch are mine"
+  (the instance names the owner), and each one is also the owner's heartbeat: the record's time since
   last update, on the store's clock, tells whether the owner is alive.
 - ``queue-nodes``: the ids of nodes that ever joined (a generation-checked list).
 - ``queue-node-<id>``: one per node, rewritten by its heartbeat, with
@@ -80,12 +80,9 @@ DEAD_LETTERED = "dead_lettered"  # groups: entries moved to the dead-letter queu
 MAX_NODE_ID_CHARS = 40
 
 
-#: the owner record names this node, this consumer of it and this epoch
-_MINE = all_of(
-    eq(StrBin(OWNER), Param("node")),
-    eq(StrBin(INSTANCE), Param("instance")),
-    eq(IntBin(EPOCH), Param("epoch")),
-)
+#: the owner record names this consumer and this epoch (its instance token is its own, and is only ever
+#: written beside its node id: so the token names the owner too, with one comparison less per write)
+_MINE = all_of(eq(StrBin(INSTANCE), Param("instance")), eq(IntBin(EPOCH), Param("epoch")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,7 +322,7 @@ class Ownership:
         if guard is None or guard[0] != epoch:
             guard = self._guard = (
                 epoch,
-                Bound(_MINE, {"node": self.node_id, "instance": self.instance, "epoch": epoch}),
+                Bound(_MINE, {"instance": self.instance, "epoch": epoch}),
             )
         return guard[1]
 

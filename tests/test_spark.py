@@ -201,6 +201,9 @@ def test_entries_overwritten_between_snapshot_and_read(spark: Any, url: str, fai
             "entryEncoding='yaml' must be one of native, msgpack, json",
         ),
         ({}, "option 'queue' is required"),
+        ({"queue": "events", "capacity": 5}, r"option\(s\) capacity do not apply to a batch read"),
+        ({"queue": "events", "maxOffsetsPerTrigger": 5}, "do not apply to a batch read"),
+        ({"queue": "events", "startingOffsets": ""}, "must be 'earliest', 'latest' or an offset"),
         (
             {"quue": "events"},
             r"unknown option\(s\) 'quue'; the large_queue source takes url, namespace, queue",
@@ -425,3 +428,56 @@ def test_registering_names_a_worker_python_that_cannot_import_the_library(tmp_pa
         InvalidArgumentError, match=r"cannot import large_queue: start the session with PYSPARK_PYTHON="
     ):
         register(session)
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("offset string, n long", "column 'offset' is bigint"),
+        ("offset long, value struct<n:long>", "column 'value' is string"),
+        ("queue int, offset long", "column 'queue' is string"),
+        ("OFFSET long, n long", "the fixed column is named 'offset'"),
+    ],
+)
+def test_fixed_columns_of_the_wrong_type_fail_at_planning(
+    spark: Any, url: str, schema: str, message: str
+) -> None:
+    Queue.create(connect(url), "events", capacity=10, slots_per_record=5).enqueue_batch([{"n": 1}])
+    with pytest.raises(Exception, match=message):
+        reader(spark, url, "events").schema(schema).load().collect()
+
+
+def test_a_stream_refuses_batch_options_and_a_start_past_the_end(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    Queue.create(connect(url), "events", capacity=40, slots_per_record=5).enqueue_batch(range(30))
+    batches: list[list[int]] = []
+    with pytest.raises(Exception, match=r"option\(s\) endingOffsets do not apply to a streaming read"):
+        _stream(spark, url, "events", tmp_path / "a", batches, endingOffsets=10)
+    with pytest.raises(Exception, match="startingOffsets 60 is past the end 30"):
+        _stream(spark, url, "events", tmp_path / "b", batches, startingOffsets=60)
+    with pytest.raises(Exception, match="startingOffsets and startingTimestamp do not apply"):
+        _stream(spark, url, "events", tmp_path / "c", batches, group="g", startingOffsets="latest")
+    assert batches == []
+    frame = spark.createDataFrame([(json.dumps({"n": 1}),)], "value string")
+    write = frame.write.format("large_queue").option("url", url).option("queue", "events")
+    with pytest.raises(Exception, match=r"option\(s\) startingOffsets do not apply to a write"):
+        write.option("startingOffsets", "0").mode("append").save()
+
+
+def test_a_stream_whose_queue_was_created_again_reports_it_and_skips_nothing(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    Queue.create(connect(url), "events", capacity=100, slots_per_record=7).enqueue_batch(range(10))
+    batches: list[list[int]] = []
+    _stream(spark, url, "events", tmp_path / "strict", batches)
+    _stream(spark, url, "events", tmp_path / "lenient", batches, failOnDataLoss="false")
+    Queue.delete(connect(url), "events")
+    Queue.create(connect(url), "events", capacity=100, slots_per_record=7).enqueue_batch(range(15))
+    with pytest.raises(Exception, match="was deleted and created again since this stream's checkpoint"):
+        _stream(spark, url, "events", tmp_path / "strict", batches)
+    batches.clear()
+    _stream(spark, url, "events", tmp_path / "lenient", batches, failOnDataLoss="false")
+    assert [o for b in batches for o in b] == list(
+        range(15)
+    )  # the new queue from its head: 0..14, not 10..14

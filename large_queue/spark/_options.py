@@ -67,7 +67,7 @@ def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 def _bound(options: Mapping[str, str], name: str, default: str) -> str | int:
     given = options.get(name.lower())
-    text = (given or default).strip().lower()
+    text = (default if given is None else given).strip().lower()
     if text in ("earliest", "latest"):
         return text
     try:
@@ -81,12 +81,56 @@ def _bound(options: Mapping[str, str], name: str, default: str) -> str | int:
     return offset
 
 
-def for_reading(options: SourceOptions) -> SourceOptions:
-    """``options``, refused if they only make sense for writing."""
+#: options each kind of use takes beside url, namespace, queue and valueFormat (lower case)
+_WRITE_ONLY = frozenset(
+    {"batchsize", "createifmissing", "capacity", "slotsperrecord", "entryencoding", "appends"}
+)
+_READ_ONLY = frozenset(
+    {
+        "startingoffsets",
+        "startingtimestamp",
+        "endingoffsets",
+        "minpartitions",
+        "recordsperpartition",
+        "failondataloss",
+        "maxoffsetspertrigger",
+        "group",
+    }
+)
+_BATCH_READ_ONLY = frozenset({"endingoffsets"})
+_STREAM_READ_ONLY = frozenset({"maxoffsetspertrigger"})  # a group on a batch read: refused with why
+
+
+def _refuse(options: SourceOptions, names: frozenset[str], use: str) -> None:
+    """``InvalidArgumentError`` naming the options given that ``use`` does not take (not silently ignored)."""
+    wrong = sorted(name for name in OPTIONS if name.lower() in names and name.lower() in options.given)
+    if wrong:
+        raise errors.InvalidArgumentError(f"option(s) {', '.join(wrong)} do not apply to {use}")
+
+
+def for_reading(options: SourceOptions, *, streaming: bool | None = None) -> SourceOptions:
+    """``options``, refused if they only make sense for writing (``streaming`` told: for the other read)."""
     if options.value_format not in VALUE_FORMATS:
         raise errors.InvalidArgumentError(
             f"option valueFormat={options.value_format!r} is for writes; reads give json or binary"
         )
+    if streaming is not None:
+        _refuse(
+            options,
+            _WRITE_ONLY | (_BATCH_READ_ONLY if streaming else _STREAM_READ_ONLY),
+            "a streaming read" if streaming else "a batch read",
+        )
+    if streaming and options.group is not None and options.given & {"startingoffsets", "startingtimestamp"}:
+        raise errors.InvalidArgumentError(
+            "a stream read as a group starts where the group's cursor is: startingOffsets and"
+            " startingTimestamp do not apply"
+        )
+    return options
+
+
+def for_writing(options: SourceOptions) -> SourceOptions:
+    """``options``, refused if they only make sense for reading."""
+    _refuse(options, _READ_ONLY, "a write")
     return options
 
 
@@ -114,6 +158,8 @@ class SourceOptions:
     group: str | None = None  # streaming: read as this consumer group, committing its cursor
     #: start at the first entry enqueued at or after this moment (ms since the epoch), not at ``starting``
     starting_timestamp: int | None = None
+    #: the options given (lower case): each use refuses those it does not take
+    given: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -159,6 +205,7 @@ class SourceOptions:
             appends=_appends(lowered),
             group=_group(lowered),
             starting_timestamp=_integer(lowered, "startingTimestamp", None, minimum=0),
+            given=frozenset(lowered),
         )
 
 

@@ -41,7 +41,14 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from large_queue import errors
 from large_queue.appends._prefix import HoleWatch
@@ -54,6 +61,7 @@ from large_queue.spark._options import (
     check_range,
     data_loss,
     for_reading,
+    for_writing,
     resolve,
     segments,
     starting_offset,
@@ -62,6 +70,39 @@ from large_queue.spark._options import (
 log = logging.getLogger("large_queue.spark")
 
 JSON_SCHEMA = "queue string, offset long, value string, enqueued_at timestamp"
+
+
+def _checked_schema(schema: StructType, value_format: str) -> StructType:
+    """A user's schema, its fixed columns (queue, offset, value, enqueued_at) of their own types.
+
+    Checked at planning: a wrong type would otherwise fail each task with a
+    conversion error. The other columns are fields of the JSON entries.
+    """
+    fixed = {  # as JSON_SCHEMA and BINARY_SCHEMA say (parsing DDL needs a session: planning has none)
+        "queue": StringType(),
+        "offset": LongType(),
+        "value": BinaryType() if value_format == "binary" else StringType(),
+        "enqueued_at": TimestampType(),
+    }
+    for field in schema.fields:
+        lowered = field.name.lower()
+        if lowered not in fixed:
+            continue
+        if field.name != lowered:
+            raise errors.InvalidArgumentError(
+                f"column {field.name!r}: the fixed column is named {lowered!r} (lower case); entry fields"
+                " cannot take that name"
+            )
+        want = fixed[lowered]
+        times = (TimestampType(), TimestampNTZType())
+        if field.dataType != want and not (lowered == "enqueued_at" and field.dataType in times):
+            raise errors.InvalidArgumentError(
+                f"column {field.name!r} is {want.simpleString()} (valueFormat={value_format}),"
+                f" not {field.dataType.simpleString()}"
+            )
+    return schema
+
+
 BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
 FULL_QUEUE_WAIT_SECONDS = 60.0
 
@@ -158,24 +199,57 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         head, tail = queue.published_tail(close_overdue=True)
         return queue, head, tail
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         queue, head, tail = self._bounds()
         if self.options.group is not None:  # where the group has acked up to (the checkpoint wins later)
             start = _groups.acked(queue, self.options.group)
         else:
             start = starting_offset(self.options, queue, head, tail)
+            if start > tail:
+                raise errors.InvalidArgumentError(
+                    f"startingOffsets {start} is past the end {tail} of queue {self.options.queue!r}'s"
+                    " published entries: a stream starts at an offset it can read"
+                )
         if start < head:
             if self.options.fail_on_data_loss:
                 raise data_loss(self.options.queue, start, head)
             start = head
-        return {"offset": start}
+        return self._offset(queue, start)
+
+    @staticmethod
+    def _offset(queue: Queue, offset: int) -> dict[str, Any]:
+        """A stream offset: the queue offset, and which creation of the queue it is one of."""
+        return (
+            {"offset": offset, "incarnation": queue.incarnation} if queue.incarnation else {"offset": offset}
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
-    def _begin(self, offset: int, head: int) -> int:
-        """Where reading resumes: ``offset``, or the head if the queue moved past it."""
+    def _begin(self, queue: Queue, start: dict[str, Any], head: int, tail: int) -> int:
+        """Where reading resumes: ``start``'s offset, or the head if the queue moved past it.
+
+        A checkpoint of another creation of the queue (deleted and created
+        again since), or past its end (the same, for a queue of an older
+        format), is data loss too: its offsets name other entries now.
+        """
+        offset: int = start["offset"]
+        made = start.get("incarnation")
+        if (made is not None and made != queue.incarnation) or offset > tail:
+            if self.options.fail_on_data_loss:
+                raise errors.QueueError(
+                    f"queue {self.options.queue!r} was deleted and created again since this stream's"
+                    f" checkpoint (offset {offset}, the queue's published entries end at {tail}): what the"
+                    " stream had not read of it is gone; set failOnDataLoss=false to go on from its head",
+                    queue=self.options.queue,
+                )
+            log.warning(
+                "queue %r was created again since the checkpoint; resuming at its head %d",
+                self.options.queue,
+                head,
+            )
+            return head
         if offset >= head:
             return offset
         if self.options.fail_on_data_loss:
@@ -185,23 +259,24 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return head
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        _, head, tail = self._bounds()
-        begin = self._begin(start["offset"], head)
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        queue, head, tail = self._bounds()
+        begin = self._begin(queue, start, head, tail)
         end = tail if self.target is None else min(tail, max(self.target, begin))
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + limit.max_rows)
-        return {"offset": max(end, begin)}
+        return self._offset(queue, max(end, begin))
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        return {"offset": self._bounds()[2]}
+    def reportLatestOffset(self) -> dict[str, Any]:
+        queue, _, tail = self._bounds()
+        return self._offset(queue, tail)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._bounds()[2]
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        queue, head, _ = self._bounds()
-        begin = self._begin(start["offset"], head)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        queue, head, tail = self._bounds()
+        begin = self._begin(queue, start, head, tail)
         planned = segments(
             queue.shape,
             begin,
@@ -215,7 +290,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, Segment)
         return _read_segment(self.options, self.schema, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Reading never dequeues; as a group (option ``group``), moves the group's cursor to ``end``.
 
         The group then holds back the queue's head like any other group.
@@ -352,7 +427,10 @@ class _Writer(DataSourceWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         done = sum(m.count for m in messages if isinstance(m, Enqueued))
         log.error(
-            "write to queue %r failed; %d rows from successful tasks stay enqueued", self.options.queue, done
+            "write to queue %r failed; %d rows from successful tasks stay enqueued, and the batches the"
+            " failing tasks had enqueued before they failed",
+            self.options.queue,
+            done,
         )
 
 
@@ -392,11 +470,13 @@ class LargeQueueDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader over one snapshot of the queue."""
-        return _BatchReader(for_reading(SourceOptions.parse(self.options)), schema)
+        options = for_reading(SourceOptions.parse(self.options), streaming=False)
+        return _BatchReader(options, _checked_schema(schema, options.value_format))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader whose offsets are queue offsets."""
-        return _StreamReader(for_reading(SourceOptions.parse(self.options)), schema)
+        options = for_reading(SourceOptions.parse(self.options), streaming=True)
+        return _StreamReader(options, _checked_schema(schema, options.value_format))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A batch writer that enqueues rows."""
@@ -404,8 +484,8 @@ class LargeQueueDataSource(DataSource):
             raise errors.InvalidArgumentError(
                 "large_queue supports mode('append') only: a queue is not overwritten"
             )
-        return _Writer(SourceOptions.parse(self.options))
+        return _Writer(for_writing(SourceOptions.parse(self.options)))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer that enqueues each micro-batch."""
-        return _StreamWriter(SourceOptions.parse(self.options))
+        return _StreamWriter(for_writing(SourceOptions.parse(self.options)))

@@ -211,7 +211,7 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
         except (TypeError, OverflowError, UnicodeEncodeError) as exc:  # a lone surrogate: not UTF-8
             raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
         checked.append(entry)
-    _check_sizes(checked, limit_bytes, [_native_extra(entry) for entry in checked] if cuts_nul else None)
+    _check_sizes(checked, limit_bytes, native=cuts_nul)
     return checked
 
 
@@ -251,7 +251,7 @@ def _flat_and_plain(entry: dict[Any, Any]) -> bool:
     return True
 
 
-def _check_sizes(checked: list[Any], limit_bytes: int, extras: list[int] | None = None) -> None:
+def _check_sizes(checked: list[Any], limit_bytes: int, *, native: bool = False) -> None:
     """``EntryTooLargeError`` for the first entry whose encoding exceeds ``limit_bytes``.
 
     A list encodes as a short header and its items, so a run of entries
@@ -259,14 +259,19 @@ def _check_sizes(checked: list[Any], limit_bytes: int, extras: list[int] | None 
     is encoded whole; if it is larger than the limit, in runs sized to fit
     about half the limit each (a batch of 100 small entries: 4 encodings,
     not 101); only a run that still does not fit is encoded entry by entry.
-    ``extras``: bytes each entry takes in the store beyond its encoding
-    (a native entry on Aerospike, see :func:`_native_extra`).
+    ``native``: also count the bytes Aerospike adds to a native entry
+    (:func:`_native_extra`), walked only where they could matter: each str
+    or bytes encodes in at least one byte and gains at most two, so an
+    encoding of at most a third of the limit fits whatever it holds.
     """
-    more = extras if extras is not None else [0] * len(checked)
     try:
         count = len(checked)
+        encoded = len(_ENCODER.encode(checked))  # the entries and a list header: never less than one entry
+        if encoded * (3 if native else 1) <= limit_bytes:
+            return
+        more = [_native_extra(entry) for entry in checked] if native else [0] * count
         if count > 1:
-            total = len(_ENCODER.encode(checked)) + sum(more)
+            total = encoded + sum(more)
             if total <= limit_bytes:
                 return
             run = max(1, count * limit_bytes // (2 * total))

@@ -57,13 +57,13 @@ def seconds(name: str, value: object, *, most: float = 86400.0, zero: bool = Fal
     Else ``InvalidArgumentError`` naming ``name``: a bool, a string, NaN or
     infinity is refused, not turned into an ``OverflowError`` or a spin later.
     """
-    number = value if type(value) in (int, float) else math.nan
-    if not (number >= 0 if zero else number > 0) or not number <= most:  # type: ignore[operator]
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (number >= 0 if zero else number > 0) or not number <= most:
         least = ">= 0" if zero else "> 0"
         raise errors.InvalidArgumentError(
             f"{name} must be a number of seconds {least} and <= {most:g}, got {value!r}"
         )
-    return float(number)  # type: ignore[arg-type]
+    return float(number)
 
 
 def create(

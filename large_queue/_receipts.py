@@ -322,7 +322,8 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                     replacing = receipt.offsets.start
                     _mark_closed(queue, txn_id, receipt.offsets)
                     continue
-                queue.counters.add(repeats_answered=1)
+                # the first call reserved them and never published: this one enqueued them
+                queue.counters.add(repeats_answered=1, enqueue_calls=1, entries_enqueued=count)
                 return receipt.offsets
             settled = CLOSED if state == CLOSED else _after_reuse(queue, receipt)
             if settled == CLOSED:

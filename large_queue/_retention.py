@@ -105,8 +105,9 @@ def drop_expired(queue: Queue) -> range:
     """Move the head past the entries older than ``max_age``; return the offsets passed.
 
     The lock's acquire, about ``log2(records)`` reads (a bisection,
-    :mod:`large_queue._seek`), one more read where producers append without
-    the lock, and the commit. Stops at the first entry young enough. An empty
+    :mod:`large_queue._seek`), where producers append without the lock one
+    more read for each record of unpublished offsets just below where it
+    stops, and the commit. Stops at the first entry young enough. An empty
     range if the queue keeps entries however old, or none has expired.
     """
     if queue.max_age_ms is None:

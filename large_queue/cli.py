@@ -24,7 +24,6 @@ stored floats JSON has no number for print as the strings "NaN",
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import dataclasses
 import json
@@ -68,7 +67,7 @@ def _standard(value: Any) -> Any:
 
 def _key(key: Any) -> Any:
     if isinstance(key, (bytes, bytearray)):
-        return "$bytes:" + base64.b64encode(bytes(key)).decode()
+        return "$bytes:" + bytes_as_json(key)["$bytes"]
     return key
 
 
@@ -86,13 +85,14 @@ def _finite(text: str) -> float:
 def _demo(url: str | None) -> None:
     store = connect(url)
     print(f"store: {store!r}")
-    if "demo" in Queue.names(store):
+    try:
+        queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
+    except errors.QueueExistsError:
         raise errors.QueueExistsError(
             "the demo makes (and deletes) a queue named 'demo', and this store already has one:"
             " delete it first (large-queue delete demo) or run the demo on another store",
             queue="demo",
-        )
-    queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
+        ) from None
     try:
         print(
             f"created {queue!r}: {queue.shape.record_count} buffer records"

@@ -345,13 +345,25 @@ class Producer:
                 batches.append(_Batch())
                 for index, future in enumerate(waiting):
                     future._batch, future._index = batches[-1], index
-            for batch in batches:
-                if not batch.resolved.is_set():
-                    batch.fail(error)
-                    batch.resolved.set()
+                    if future._callbacks is not None:
+                        batches[-1].callbacks.extend(future._callbacks)
+                        future._callbacks = None
+            failed = []
+            with _RESOLVING:  # as a batch is resolved: each callback added runs once, here or at once
+                for batch in batches:
+                    if not batch.resolved.is_set():
+                        batch.fail(error)
+                        batch.resolved.set()
+                        failed.append(batch)
             self._resolved = self._taken
             for condition in (self._taking, self._room, self._done, self._work):
                 condition.notify_all()
+        for batch in failed:  # their futures' callbacks, as for any failed batch
+            for callback in batch.callbacks:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a callback of %r raised", self)
 
     def _next_batch(self) -> tuple[_Batch, list[Any]] | None:
         """The next batch and its entries, when due; None when the producer is closed and nothing waits.

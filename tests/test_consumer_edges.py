@@ -164,6 +164,8 @@ def test_extend_never_brings_a_message_back_sooner(store: Store) -> None:
         (message,) = _receive(consumer, 1)
         message.extend(0.1)  # without a visibility timeout it never comes back: nothing to shorten
         assert [m.value for m in _receive(consumer, 1, timeout=0.5)] == ["later"]
+        time.sleep(0.2)  # past the 0.1 s: "never" must still not come back
+        assert consumer.receive(2, timeout=0.3) == []
     with queue.consumer("n2", visibility_timeout=30.0, **FAST) as consumer:
         got = _receive(consumer, 2)
         assert [m.value for m in got] == ["never", "later"] and all(m.redelivered for m in got)

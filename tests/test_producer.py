@@ -335,6 +335,9 @@ def test_a_producer_whose_thread_dies_fails_every_waiting_future_and_refuses_mor
     while len(calls) < 2:
         time.sleep(0.01)
     waiting = producer.send("e")  # waits for a batch that never comes
+    told: list[BaseException | None] = []
+    for future in [*sending, waiting]:
+        future.add_done_callback(lambda done: told.append(done.exception(timeout=0)))
     release.set()
     for future in [*sending, waiting]:  # resolved, not left hanging: failed with the cause named
         with pytest.raises(LargeQueueError, match=r"thread failed \(SystemExit: 3\)"):
@@ -343,6 +346,7 @@ def test_a_producer_whose_thread_dies_fails_every_waiting_future_and_refuses_mor
         producer.send("f")
     assert producer.flush(timeout=5) is True and producer.close(timeout=5) is True
     assert [e.value for e in drain(queue)] == ["a", "b"]
+    assert len(told) == 3 and all(isinstance(e, LargeQueueError) for e in told)  # their callbacks ran
 
 
 def test_a_producer_left_open_writes_what_was_sent_when_the_program_ends(place: Place) -> None:

@@ -98,8 +98,8 @@ class Consumer:
         on_data_loss: str = "report",
         max_poll_interval: float = 0.1,
     ) -> None:
-        time_slice = checked_seconds("time_slice", time_slice)
-        timeout = checked_seconds("timeout", timeout)
+        time_slice = checked_seconds("time_slice", time_slice, most=_LONGEST)
+        timeout = checked_seconds("timeout", timeout, most=_LONGEST)
         max_poll_interval = checked_seconds("max_poll_interval", max_poll_interval)
         if poll_interval is not None and checked_seconds("poll_interval", poll_interval) > timeout / 2:
             raise errors.InvalidArgumentError(
@@ -160,6 +160,7 @@ class Consumer:
         self._dead_lettered = 0
         #: (offset, value, enqueued_at_ms, deliveries) of entries to move to the dead-letter queue
         self._dying: list[tuple[int, Any, int, int]] = []
+        self._next_others_look = 0.0  # monotonic: when a hand-over in grace looks for other nodes again
         self._move_failures: dict[int, int] = {}  # offset -> failed moves to the dead-letter queue in a row
         self._synced = 0  # the acked position the queue's head was last synced to
         self._owner_since = 0.0
@@ -781,12 +782,17 @@ class Consumer:
         consumers still hold get up to half the timeout to be acked first, so
         that a busy consumer does not turn them into redeliveries.
         """
+        now = time.monotonic()
+        grace_over = now - self._owner_since > self.time_slice + self.timeout / 2
+        waiting = self.deliveries.held and not final and not grace_over
+        if waiting and now < self._next_others_look:
+            return  # held messages' grace: who else wants the queue is looked up once a poll, not per call
+        self._next_others_look = now + self.poll_interval
         others = self.ownership.live_interested(excluding=self.node_id)
         if not others and not final:
             self._owner_since = time.monotonic()  # nobody else wants it: a new slice, at once
             return
-        grace_over = time.monotonic() - self._owner_since > self.time_slice + self.timeout / 2
-        if self.deliveries.held and not final and not grace_over:
+        if waiting:
             return
         self._sync_queue_head(force=True)
         if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):

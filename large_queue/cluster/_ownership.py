@@ -231,7 +231,8 @@ class Ownership:
                 group=self.group,
             )
         return errors.QueueNotFoundError(
-            f"queue {self.queue.name!r} has no ownership record: no consumer has joined it",
+            f"queue {self.queue.name!r} has no ownership record: no consumer has joined it, or the queue"
+            " was deleted",
             queue=self.queue.name,
         )
 

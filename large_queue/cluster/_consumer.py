@@ -32,10 +32,8 @@ from typing import Any, cast
 
 from large_queue import _records as rec
 from large_queue import _retention, errors
-from large_queue._entries import MSGPACK, NATIVE, decode_entry
 from large_queue._frozen import frozen
 from large_queue._lifecycle import seconds as checked_seconds
-from large_queue._msgpack import unpack
 from large_queue._read_ahead import ReadAhead
 from large_queue._waiting import IdlePoller
 from large_queue.appends._prefix import settle_plain
@@ -44,7 +42,7 @@ from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
 from large_queue.cluster._messages import Message, OwnershipEvent
 from large_queue.cluster._ownership import Ownership, OwnerState, acked_position, successor
-from large_queue.cluster._slots import read_slots
+from large_queue.cluster._slots import decoded, read_slots
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
@@ -446,7 +444,7 @@ class Consumer:
             else:
                 published = {offset for offset, _, _ in entries}
                 fresh = [o for o in fresh if o < settled.end and o in published]
-            known = _decoded(self.queue.encoding, entries)
+            known = decoded(self.queue.encoding, entries)
             settled_end = settled.end
             if settled.end == cursor and not redeliver:
                 self.queue.prefix.close_overdue(settled)
@@ -813,25 +811,3 @@ class Consumer:
                 log.exception(
                     "node %r: the on_event callback failed on a %r event (ignored)", self.node_id, kind
                 )
-
-
-def _decoded(encoding: str, entries: list[tuple[int, Any, int]]) -> dict[int, tuple[Any, int]]:
-    """Settled ``(offset, stored value, enqueued_at_ms)`` rows as ``{offset: (entry, enqueued_at_ms)}``.
-
-    A stored value that does not decode is left out: the delivery then takes
-    that offset from its slot, which names the damage (``CorruptQueueError``).
-    """
-    if encoding == NATIVE:
-        return {offset: (value, at) for offset, value, at in entries}
-    if encoding == MSGPACK:  # the default: one loop, no call per entry but msgspec's
-        try:
-            return {offset: (unpack(value), at) for offset, value, at in entries}
-        except (ValueError, TypeError):  # not bytes, or not msgpack: the loop below leaves it out
-            pass
-    known: dict[int, tuple[Any, int]] = {}
-    for offset, value, at in entries:
-        try:
-            known[offset] = (decode_entry(encoding, value), at)
-        except ValueError:
-            continue
-    return known

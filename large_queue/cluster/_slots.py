@@ -1,4 +1,4 @@
-"""Reading what one delivery needs: the slots of the offsets it may deliver, in one round trip or none.
+"""What one delivery reads: the slots of the offsets it may deliver (one round trip or none), decoded.
 
 An owner delivers entries due again (any offsets) and fresh ones (a run from
 its cursor). From each buffer record it reads one run of slots, from the
@@ -21,6 +21,8 @@ from typing import Any
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._entries import MSGPACK, NATIVE, decode_entry
+from large_queue._msgpack import unpack
 from large_queue._read_ahead import ReadAhead
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.queue import Queue
@@ -152,4 +154,26 @@ def _read_or_none(queue: Queue, key: RecordKey, operations: list[Operation]) -> 
         return None
 
 
-__all__ = ["SlotsRead", "read_slots"]
+def decoded(encoding: str, entries: list[tuple[int, Any, int]]) -> dict[int, tuple[Any, int]]:
+    """Settled ``(offset, stored value, enqueued_at_ms)`` rows as ``{offset: (entry, enqueued_at_ms)}``.
+
+    A stored value that does not decode is left out: the delivery then takes
+    that offset from its slot, which names the damage (``CorruptQueueError``).
+    """
+    if encoding == NATIVE:
+        return {offset: (value, at) for offset, value, at in entries}
+    if encoding == MSGPACK:  # the default: one loop, no call per entry but msgspec's
+        try:
+            return {offset: (unpack(value), at) for offset, value, at in entries}
+        except (ValueError, TypeError):  # not bytes, or not msgpack: the loop below leaves it out
+            pass
+    known: dict[int, tuple[Any, int]] = {}
+    for offset, value, at in entries:
+        try:
+            known[offset] = (decode_entry(encoding, value), at)
+        except ValueError:
+            continue
+    return known
+
+
+__all__ = ["SlotsRead", "decoded", "read_slots"]

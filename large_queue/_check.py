@@ -206,7 +206,9 @@ def _check_prefix(metadata: rec.Metadata, slots_by_record: dict[int, list[Any]],
         return
     report.live_entries = len(settled.entries)
     if settled.overwritten:
-        report.problems.append(f"{settled.overwritten} live offsets whose slots hold a later lap's entry")
+        report.problems.append(
+            f"{len(settled.overwritten)} live offsets whose slots hold a later lap's entry"
+        )
     if settled.closed:
         report.notes.append(
             f"{settled.closed} reserved offsets were closed unpublished (their producers failed)"

@@ -106,7 +106,7 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
     queue.quick_takes.left(
         grant.token, settled.end, full=len(taken) == max_entries, alone=queue.quick_takes.alone(grant.token)
     )
-    dequeued(queue, taken, settled.overwritten, expired)
+    dequeued(queue, taken, len(settled.overwritten), expired)
     return taken, closed or (not taken and settled.end > grant.head)
 
 

@@ -12,6 +12,10 @@ settles as ``e``'s slot does: entry once ``e`` is published, closed once it
 is a tombstone, pending until then. Its slot is ahead of every other part, so
 it is never reused while any part is still to be read. Once ``e`` is a
 tombstone, the batch's unpublished parts are closed too: they can never show.
+Once a later lap holds ``e``'s slot, the batch has left the queue and its
+parts settle as overwritten: whether it was published or closed can no longer
+be told, so a reader that far behind counts them as lost rather than drop
+entries it may have owed.
 
 :class:`HoleWatch` is how a waiting reader decides that a hole is abandoned:
 it notes, on this process's monotonic clock, when it first saw each pending
@@ -43,7 +47,8 @@ class Settled:
     #: (offset, stored value, enqueued_at_ms) of every entry in ``[start, end)``, in order
     entries: list[tuple[int, Any, int]] = field(default_factory=list)
     closed: int = 0
-    overwritten: int = 0
+    #: the offsets whose slot a later lap holds (or whose spanning batch's last slot it holds)
+    overwritten: list[int] = field(default_factory=list)
     #: for a pending part of a spanning batch: the batch's last offset, whose slot decides it
     waiting_on: int | None = None
     #: the pending offsets seen from ``end`` on, in order (what a hole closer may close)
@@ -108,9 +113,9 @@ def settle(
     settled = Settled(start=start, end=stop)
     if verdicts is None:
         verdicts = {}
-    closed_through = (
-        -1
-    )  # the last offset of a closed spanning batch seen: its unpublished parts are closed too
+    # The last offset of a spanning batch seen closed (or gone with a later lap), so that its
+    # unpublished parts settle the same way: they can never show.
+    closed_through = gone_through = -1
     entries = settled.entries
     for offset in range(start, stop):
         slot = slot_at(offset)
@@ -126,8 +131,12 @@ def settle(
                 settled.waiting_on = last
             elif kind == CLOSED:
                 closed_through = max(closed_through, last)
+            elif kind == OVERWRITTEN:
+                gone_through = max(gone_through, last)
         elif kind == PENDING and offset <= closed_through:
-            kind = CLOSED  # a part of that batch its producer never published: it can never show
+            kind = CLOSED
+        elif kind == PENDING and offset <= gone_through:
+            kind = OVERWRITTEN
         if kind == PENDING:
             settled.end = offset
             settled.pending = [
@@ -139,7 +148,7 @@ def settle(
         elif kind == CLOSED:
             settled.closed += 1
         else:
-            settled.overwritten += 1
+            settled.overwritten.append(offset)
     return settled
 
 
@@ -149,7 +158,7 @@ def _verdict(
     """How the slot of a spanning batch's last offset settles its batch."""
     slot = slot_at(last) if start <= last < stop else fetch(last)
     kind, _ = kind_of(last, slot)
-    return CLOSED if kind == OVERWRITTEN else kind
+    return kind
 
 
 class HoleWatch:

@@ -33,7 +33,6 @@ from pyspark.sql.types import StructType
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import JSON, MSGPACK, NATIVE, bytes_as_json, decode_entry
-from large_queue.appends._prefix import OVERWRITTEN, kind_of
 from large_queue.queue import Queue
 from large_queue.spark._options import data_loss
 
@@ -106,18 +105,17 @@ class Rows:
     ) -> None:
         """:meth:`add` for a queue with lock-free appends: its entries, without closed reservations.
 
-        Offsets a later lap overwrote (or past a hole, which the planned
-        range never reaches) are added to ``lost``.
+        Offsets a later lap overwrote (parts of a spanning batch whose last
+        slot it overwrote included), and any past a hole (which the planned
+        range never reaches), are added to ``lost``.
         """
         settled = queue.prefix.settle(lo, hi, lambda offset: slots[first + offset - lo])
         for offset, value, enqueued_at_ms in settled.entries:
             self.offsets.append(offset)
             self.values.append(value)
             self.times.append(enqueued_at_ms)
-        if settled.overwritten or settled.end < hi:
-            for offset in range(lo, hi):
-                if offset >= settled.end or kind_of(offset, slots[first + offset - lo])[0] == OVERWRITTEN:
-                    lost.append(offset)
+        lost.extend(settled.overwritten)
+        lost.extend(range(settled.end, hi))
 
 
 def json_column(queue: str, offsets: list[int], values: list[Any]) -> pa.Array:

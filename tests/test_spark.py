@@ -369,6 +369,38 @@ def test_streaming_data_loss_both_ways(spark: Any, url: str, tmp_path: Path) -> 
     assert [b for b in batches if b] == [list(range(8, 14))]  # resumed at the head, no empty batches
 
 
+def test_written_rows_keep_what_their_spark_types_mean(spark: Any, url: str) -> None:
+    import datetime
+    import decimal
+
+    utc = datetime.timezone.utc
+    instant = datetime.datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=utc)
+    wall = datetime.datetime(2026, 7, 8, 9, 10, 11)
+    frame = spark.createDataFrame(
+        [(instant, wall, datetime.date(2026, 2, 3), decimal.Decimal("1.50"), {"at": instant}, [instant])],
+        "at timestamp, wall timestamp_ntz, day date, price decimal(5,2),"
+        " inner struct<at: timestamp>, many array<timestamp>",
+    )
+    frame.write.format("large_queue").option("url", url).option("queue", "typed").option(
+        "createIfMissing", "true"
+    ).option("capacity", 10).mode("append").save()
+    at = "2026-01-02T03:04:05.006000+00:00"  # an instant says it is one, whatever the worker's zone
+    assert Queue.open(connect(url), "typed").dequeue().value == {  # type: ignore[union-attr]
+        "at": at,
+        "wall": "2026-07-08T09:10:11",
+        "day": "2026-02-03",
+        "price": "1.50",
+        "inner": {"at": at},
+        "many": [at],
+    }
+    numbers = spark.createDataFrame([(7,), (None,)], "value long")
+    numbers.write.format("large_queue").option("url", url).option("queue", "typed").option(
+        "valueFormat", "text"
+    ).mode("append").save()  # text keeps strings as they are; a value of another type is the entry
+    written = [e.value for e in Queue.open(connect(url), "typed").dequeue_batch(5)]
+    assert sorted(written, key=str) == [7, None]
+
+
 def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: Path) -> None:
     frame = spark.createDataFrame([(1, "a", [1, 2]), (2, "b", [])], "k long, v string, xs array<long>")
     (

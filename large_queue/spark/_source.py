@@ -4,7 +4,7 @@ Batch reads take one snapshot of [head, tail) on the driver and split it into
 segments (runs of whole buffer records); each task reads its segment with
 batch gets (one round trip per batch of records) and yields Arrow record
 batches. Streaming reads use queue offsets as Spark offsets. Writes enqueue
-rows in batches, one lock and one commit per batch. Reading never dequeues.
+rows in batches (what a row becomes: ``_rows``). Reading never dequeues.
 
 Connections are opened inside tasks and reused per worker process; nothing
 unpicklable travels with the reader or the writer.
@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import decimal
 import logging
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
-import orjson
 import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.datasource import (
@@ -66,6 +62,7 @@ from large_queue.spark._options import (
     segments,
     starting_offset,
 )
+from large_queue.spark._rows import entry_maker
 
 log = logging.getLogger("large_queue.spark")
 
@@ -311,53 +308,6 @@ class Enqueued(WriterCommitMessage):
     last_offset: int | None
 
 
-def _native(value: Any) -> Any:
-    """A Spark value as an Aerospike-native one."""
-    if isinstance(value, Row):
-        return {key: _native(item) for key, item in value.asDict(recursive=False).items()}
-    if isinstance(value, dict):
-        return {key: _native(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_native(item) for item in value]
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    return value
-
-
-def _entry(options: SourceOptions, row: Row) -> Any:
-    """The entry for one row: its ``value`` column, else the whole row as a dict.
-
-    The value column is decoded as the reader encodes it, so that what one
-    query reads another writes back unchanged: a string is JSON text, bytes
-    are msgpack (``valueFormat`` json or binary says so explicitly). With
-    ``valueFormat=text`` a string is kept as it is; a value of another type
-    is the entry itself.
-    """
-    if "value" not in row.__fields__:
-        return _native(row.asDict(recursive=True))
-    value = row["value"]
-    if value is None or (options.value_format == "text" and isinstance(value, str)):
-        return value
-    decoding = options.value_format if options.value_format_given else None
-    if decoding is None:
-        decoding = (
-            "json" if isinstance(value, str) else "binary" if isinstance(value, (bytes, bytearray)) else None
-        )
-    if decoding is None:
-        return _native(value)
-    try:
-        return orjson.loads(value) if decoding == "json" else msgspec.msgpack.decode(value)
-    except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
-        raise errors.InvalidArgumentError(
-            f"a value is not {decoding} as the value column's type (or valueFormat) says: {exc}"
-            " (valueFormat=text keeps a string value as it is)"
-        ) from None
-
-
 def _prepare_queue(options: SourceOptions) -> None:
     """Driver side, before any task: open the queue, or create it if asked to."""
     try:
@@ -379,8 +329,9 @@ def _prepare_queue(options: SourceOptions) -> None:
             )
 
 
-def _write_rows(options: SourceOptions, rows: Iterator[Row]) -> Enqueued:
+def _write_rows(options: SourceOptions, schema: StructType, rows: Iterator[Row]) -> Enqueued:
     queue = _open(options)
+    entry = entry_maker(options, schema)
     size = min(options.batch_size, queue.capacity)
     count, first, last = 0, None, None
     batch: list[Any] = []
@@ -404,7 +355,7 @@ def _write_rows(options: SourceOptions, rows: Iterator[Row]) -> Enqueued:
         batch.clear()
 
     for row in rows:
-        batch.append(_entry(options, row))
+        batch.append(entry(row))
         if len(batch) >= size:
             flush()
     if batch:
@@ -413,12 +364,13 @@ def _write_rows(options: SourceOptions, rows: Iterator[Row]) -> Enqueued:
 
 
 class _Writer(DataSourceWriter):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         _prepare_queue(options)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:
-        return _write_rows(self.options, iterator)
+        return _write_rows(self.options, self.schema, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = sum(m.count for m in messages if isinstance(m, Enqueued))
@@ -435,12 +387,13 @@ class _Writer(DataSourceWriter):
 
 
 class _StreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         _prepare_queue(options)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:
-        return _write_rows(self.options, iterator)
+        return _write_rows(self.options, self.schema, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         total = sum(m.count for m in messages if isinstance(m, Enqueued))
@@ -484,8 +437,8 @@ class LargeQueueDataSource(DataSource):
             raise errors.InvalidArgumentError(
                 "large_queue supports mode('append') only: a queue is not overwritten"
             )
-        return _Writer(for_writing(SourceOptions.parse(self.options)))
+        return _Writer(for_writing(SourceOptions.parse(self.options)), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer that enqueues each micro-batch."""
-        return _StreamWriter(for_writing(SourceOptions.parse(self.options)))
+        return _StreamWriter(for_writing(SourceOptions.parse(self.options)), schema)

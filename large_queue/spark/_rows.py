@@ -1,0 +1,108 @@
+"""What a row written to a queue becomes: its entry, shaped by the DataFrame's schema.
+
+A row with a ``value`` column is that value, decoded as reads encode it (a
+string is JSON text, bytes are msgpack; ``valueFormat`` says so explicitly,
+and ``valueFormat=text`` keeps a string as it is). Any other row is the row
+as a dict. Spark types with no Aerospike counterpart become text: a
+``timestamp`` (an instant) as ISO 8601 in UTC with its ``+00:00`` offset, a
+``timestamp_ntz`` and a ``date`` as ISO 8601 without one, a ``decimal`` as
+its digits. The schema says which is which: PySpark hands both timestamp
+kinds to Python as naive datetimes (an instant in the worker's local time),
+so the value alone cannot tell an instant from a wall-clock reading.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import orjson
+from pyspark.sql import Row
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
+
+from large_queue import errors
+from large_queue.spark._options import SourceOptions
+
+Convert = Callable[[Any], Any]
+
+
+def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], Any]:
+    """The function from one row of ``schema`` to the entry it is enqueued as."""
+    if "value" not in schema.fieldNames():
+        whole = _converter(schema)
+        return lambda row: whole(row)
+    value_type = schema["value"].dataType
+    as_native = _converter(value_type)
+    text = options.value_format == "text"
+    decoding = options.value_format if options.value_format_given and not text else None
+
+    def entry(row: Row) -> Any:
+        value = row["value"]
+        if value is None or (text and isinstance(value, str)):
+            return value
+        how = decoding
+        if how is None and not text:
+            how = (
+                "json"
+                if isinstance(value, str)
+                else "binary"
+                if isinstance(value, (bytes, bytearray))
+                else None
+            )
+        if how is None:
+            return as_native(value)
+        try:
+            return orjson.loads(value) if how == "json" else msgspec.msgpack.decode(value)
+        except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
+            raise errors.InvalidArgumentError(
+                f"a value is not {how} as the value column's type (or valueFormat) says: {exc}"
+                " (valueFormat=text keeps a string value as it is)"
+            ) from None
+
+    return entry
+
+
+def _converter(data_type: DataType) -> Convert:
+    """A function from a value of ``data_type`` (as PySpark hands it over) to an Aerospike-native one."""
+    if isinstance(data_type, StructType):
+        fields = [(field.name, _converter(field.dataType)) for field in data_type.fields]
+
+        def struct(value: Any) -> Any:
+            if value is None:
+                return None
+            return {name: convert(value[name]) for name, convert in fields}
+
+        return struct
+    if isinstance(data_type, ArrayType):
+        element = _converter(data_type.elementType)
+        return lambda value: None if value is None else [element(item) for item in value]
+    if isinstance(data_type, MapType):
+        key, item = _converter(data_type.keyType), _converter(data_type.valueType)
+        return lambda value: None if value is None else {key(k): item(v) for k, v in value.items()}
+    if isinstance(data_type, TimestampType):
+        return _instant
+    return _plain
+
+
+def _instant(value: datetime.datetime | None) -> str | None:
+    """A ``timestamp`` (naive, in this worker's local time) as ISO 8601 in UTC."""
+    if value is None:
+        return None
+    return value.astimezone(datetime.timezone.utc).isoformat()
+
+
+def _plain(value: Any) -> Any:
+    """A value of any other type, as Aerospike stores it."""
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
+__all__ = ["entry_maker"]

@@ -72,6 +72,9 @@ def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
             consumer.receive(1, timeout=0.3)
         time.sleep(0.5)  # ten watcher ticks
         assert not consumer.owning
+        node = consumer.ownership.node_key("n1")
+        assert store.backend.get(node) is None  # its heartbeats did not write its record again
+    assert store.backend.get(node) is None  # nor did closing it
     said = [
         r for r in caplog.records if "does not exist" in r.getMessage() or "no ownership" in r.getMessage()
     ]

@@ -164,7 +164,7 @@ class Ownership:
                     },
                     mode=WriteMode.CREATE_ONLY,
                 )
-        self.heartbeat(interested=True)
+        self.heartbeat(interested=True, join=True)
         while True:
             record = self.backend.get(self.nodes_key)
             nodes = list(record.bins.get(NODES, [])) if record else []
@@ -181,9 +181,24 @@ class Ownership:
             except (errors.RecordExistsError, errors.GenerationMismatchError):
                 continue  # another node joined at the same moment: read again
 
-    def heartbeat(self, *, interested: bool) -> None:
-        """Rewrite this node's record: it is alive, and whether it wants the queue."""
-        self.backend.put(self.node_key(self.node_id), {"node": self.node_id, INTERESTED: int(interested)})
+    def heartbeat(self, *, interested: bool, join: bool = False) -> None:
+        """Rewrite this node's record: it is alive, and whether it wants the queue.
+
+        Only joining creates the record. A heartbeat that finds it gone
+        (the queue was deleted with its records) checks that the queue's
+        owner record is still there (``QueueNotFoundError`` or
+        ``GroupNotFoundError`` if not) before it writes the record again,
+        so a consumer left running on a deleted queue leaves nothing behind.
+        """
+        bins = {"node": self.node_id, INTERESTED: int(interested)}
+        if join:
+            self.backend.put(self.node_key(self.node_id), bins)
+            return
+        try:
+            self.backend.put(self.node_key(self.node_id), bins, mode=WriteMode.UPDATE_ONLY)
+        except errors.RecordNotFoundError:
+            self.read()
+            self.backend.put(self.node_key(self.node_id), bins)
 
     # --- reading ----------------------------------------------------------------------
 

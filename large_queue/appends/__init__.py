@@ -81,6 +81,7 @@ from large_queue.backends import (
     LogPut,
     Operation,
     Read,
+    Record,
     Write,
 )
 from large_queue.backends.conditions import (
@@ -316,10 +317,9 @@ class Appender:
     def _refusal(self, count: int, receipt: ReceiptWrite | None) -> Exception:
         """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
         ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
-        self.counters.add(commands=1)
-        record = self.backend.get(self.keys.metadata)
-        if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
-            return replaced_error(self.keys.name, created_again=record is not None)
+        record = self._metadata()
+        if isinstance(record, Exception):
+            return record
         receipts = record.bins.get(rec.RECEIPTS)
         if receipt is not None and type(receipts) is dict and receipt.txn_id in receipts:
             stored = receipts[receipt.txn_id]
@@ -332,6 +332,14 @@ class Appender:
             f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",
             queue=self.keys.name,
         )
+
+    def _metadata(self) -> Record | errors.QueueNotFoundError:
+        """The metadata record (one command), or the error if the queue opened is not there any more."""
+        self.counters.add(commands=1)
+        record = self.backend.get(self.keys.metadata)
+        if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
+            return replaced_error(self.keys.name, created_again=record is not None)
+        return record
 
     def store_now(self) -> int:
         """The store's clock (ms), read by one command on the metadata record."""
@@ -508,10 +516,9 @@ class Appender:
 
     def _missing(self, put: SlotPut) -> errors.QueueError:
         """Why a publish found no buffer record: the queue is gone (or another now), or that record is."""
-        self.counters.add(commands=1)
-        metadata = self.backend.get(self.keys.metadata)
-        if metadata is None or metadata.bins.get(rec.INCARNATION) != self.incarnation:
-            return replaced_error(self.keys.name, created_again=metadata is not None)
+        metadata = self._metadata()
+        if isinstance(metadata, Exception):
+            return metadata
         offsets = [offset for _, offset in pairs(put.slots)]
         return errors.CorruptQueueError(
             f"buffer record {put.record} of queue {self.keys.name!r} is missing: offsets {offsets[0]}.."

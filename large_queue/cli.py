@@ -159,7 +159,7 @@ def _torture(args: argparse.Namespace) -> int:
             kills=not args.no_kills,
             seed=args.seed,
             appends=args.appends,
-            hole_timeout=args.hole_timeout,
+            hole_timeout=0.5 if args.hole_timeout is None else args.hole_timeout,
             groups=args.groups,
             txn_ids=args.txn_ids,
         )
@@ -241,8 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--hole-timeout",
         type=_positive_float,
-        default=2.0,
-        help="seconds readers wait on an unpublished reservation before closing it (--appends reserve)",
+        help="seconds readers wait on an unpublished reservation before closing it (--appends reserve;"
+        " default 2)",
     )
     create.add_argument(
         "--max-age",
@@ -311,7 +311,7 @@ def _parser() -> argparse.ArgumentParser:
         " stopped between reserve and publish)",
     )
     torture.add_argument(
-        "--hole-timeout", type=_positive_float, default=0.5, help="seconds (with --appends reserve)"
+        "--hole-timeout", type=_positive_float, help="seconds (with --appends reserve; default 0.5)"
     )
     torture.add_argument("--seed", type=int, default=0, help="seed of the workload and the faults")
     torture.add_argument("--histories", help="keep the history files in this directory")
@@ -379,7 +379,10 @@ def _entry(entry: Entry | None) -> dict[str, Any] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "hole_timeout", None) is not None and args.appends == LOCKED_APPENDS:
+        parser.error("--hole-timeout applies to --appends reserve only (locked appends leave no holes)")
     try:
         if args.command == "demo":
             _demo(args.url)
@@ -400,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record_size_limit=args.record_size_limit,
                     encoding=args.encoding,
                     appends=args.appends,
-                    hole_timeout=args.hole_timeout,
+                    hole_timeout=2.0 if args.hole_timeout is None else args.hole_timeout,
                     max_age=args.max_age,
                 ).info()
             )

@@ -127,3 +127,30 @@ def test_info_of_a_shared_queue_is_one_json_document(
     described = json.loads(_out(capsys))  # one document: json.loads refuses two
     assert described["tail_offset"] == 1 and described["ownership"]["owner"] == "n1"
     assert described["ownership"]["in_flight"] == 1
+
+
+def test_a_hole_timeout_is_refused_for_locked_appends_and_kept_for_reserving_ones(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "--url",
+                place.url,
+                "create",
+                name,
+                "--capacity",
+                "9",
+                "--appends",
+                "lock",
+                "--hole-timeout",
+                "5",
+            ]
+        )
+    assert exit_.value.code == 2
+    assert "--hole-timeout applies to --appends reserve only" in capsys.readouterr().err
+    assert main(["--url", place.url, "create", name, "--capacity", "9", "--appends", "lock"]) == 0
+    assert json.loads(_out(capsys))["appends"] == "lock"  # nothing was created by the refused command
+    assert main(["--url", place.url, "create", f"{name}r", "--capacity", "9", "--hole-timeout", "5"]) == 0
+    assert Queue.open(place.connect(), f"{name}r").hole_timeout == 5

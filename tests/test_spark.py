@@ -18,7 +18,7 @@ from tests.fix_backends import Place
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 #: the queue names these tests use; on a shared server they are cleared before and after each test
-QUEUE_NAMES = ("events", "native", "encoded", "out", "ring", "copy", "new", "missing")
+QUEUE_NAMES = ("events", "native", "encoded", "out", "ring", "copy", "new", "missing", "typed", "in")
 
 
 @pytest.fixture
@@ -410,9 +410,14 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
         .option("createIfMissing", "true")
         .option("capacity", "40")
         .option("batchSize", "1")
+        .option("idempotent", "true")  # each batch of rows leaves a receipt under its task's txn id
         .mode("append")
         .save()
     )
+    out = Queue.open(connect(url), "out")
+    metadata = out.backend.get(out.keys.metadata)
+    assert metadata is not None
+    assert [t.split(":")[0] for t in metadata.bins["receipts"]] == ["spark", "spark"]
     back = reader(spark, url, "out").schema("k long, v string, xs array<long>").load().orderBy("k").collect()
     assert [(r.k, r.v, r.xs) for r in back] == [(1, "a", [1, 2]), (2, "b", [])]
     values = spark.createDataFrame([("x",), ("y",)], "value string")
@@ -450,6 +455,47 @@ def test_batch_and_streaming_writes_round_trip(spark: Any, url: str, tmp_path: P
         ).mode("append").save()
     with pytest.raises(Exception, match="append"):
         frame.write.format("large_queue").option("url", url).option("queue", "out").mode("overwrite").save()
+
+
+@pytest.mark.parametrize("idempotent", ["true", "false"])
+def test_a_micro_batch_run_again_from_its_checkpoint_is_enqueued_once_when_idempotent(
+    spark: Any, url: str, tmp_path: Path, idempotent: str
+) -> None:
+    Queue.create(connect(url), "in", capacity=40).enqueue_batch(range(12))
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("large_queue")
+            .option("url", url)
+            .option("queue", "in")
+            .load()
+            .selectExpr("value")
+            .writeStream.format("large_queue")
+            .option("url", url)
+            .option("queue", "out")
+            .option("createIfMissing", "true")
+            .option("capacity", "40")
+            .option("batchSize", "5")  # three batches of rows per task: each has its own txn id
+            .option("idempotent", idempotent)
+            .option("checkpointLocation", str(tmp_path / "sink"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    # The query died after its write and before micro-batch 0 reached the commit log: a restart
+    # from the checkpoint runs micro-batch 0 again, over the same offsets of "in".
+    for name in ("0", ".0.crc"):
+        (tmp_path / "sink" / "commits" / name).unlink(missing_ok=True)
+    run()
+    out = Queue.open(connect(url), "out")
+    written = sorted(e.value for e in out.dequeue_batch(40))  # type: ignore[type-var]
+    if idempotent == "true":
+        assert written == list(range(12))
+    else:  # at least once: the batch run again is enqueued again
+        assert written == sorted([*range(12), *range(12)])
 
 
 def test_spark_bench_reads_every_encoding_as_the_same_rows(spark: Any, place: Place) -> None:

@@ -36,6 +36,7 @@ OPTIONS = (
     "slotsPerRecord",
     "entryEncoding",
     "appends",
+    "idempotent",
     "group",
 )
 # options Spark itself may hand to a data source with the user's
@@ -83,7 +84,7 @@ def _bound(options: Mapping[str, str], name: str, default: str) -> str | int:
 
 #: options each kind of use takes beside url, namespace, queue and valueFormat (lower case)
 _WRITE_ONLY = frozenset(
-    {"batchsize", "createifmissing", "capacity", "slotsperrecord", "entryencoding", "appends"}
+    {"batchsize", "createifmissing", "capacity", "slotsperrecord", "entryencoding", "appends", "idempotent"}
 )
 _READ_ONLY = frozenset(
     {
@@ -156,6 +157,8 @@ class SourceOptions:
     entry_encoding: str
     appends: str | None  # for createIfMissing: how the new queue's producers append (None: the default)
     group: str | None = None  # streaming: read as this consumer group, committing its cursor
+    #: writes: each batch of rows carries a txn id, so that a task or micro-batch run again adds nothing twice
+    idempotent: bool = False
     #: start at the first entry enqueued at or after this moment (ms since the epoch), not at ``starting``
     starting_timestamp: int | None = None
     #: the options given (lower case): each use refuses those it does not take
@@ -204,6 +207,7 @@ class SourceOptions:
             entry_encoding=_entry_encoding(lowered),
             appends=_appends(lowered),
             group=_group(lowered),
+            idempotent=_boolean(lowered, "idempotent", False),
             starting_timestamp=_integer(lowered, "startingTimestamp", None, minimum=0),
             given=frozenset(lowered),
         )

@@ -4,7 +4,7 @@ Batch reads take one snapshot of [head, tail) on the driver and split it into
 segments (runs of whole buffer records); each task reads its segment with
 batch gets (one round trip per batch of records) and yields Arrow record
 batches. Streaming reads use queue offsets as Spark offsets. Writes enqueue
-rows in batches (what a row becomes: ``_rows``). Reading never dequeues.
+rows in batches (:mod:`._write`; what a row becomes: :mod:`._rows`). Reading never dequeues.
 
 Connections are opened inside tasks and reused per worker process; nothing
 unpicklable travels with the reader or the writer.
@@ -12,16 +12,13 @@ unpicklable travels with the reader or the writer.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,7 +26,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -48,9 +44,8 @@ from pyspark.sql.types import (
 
 from large_queue import errors
 from large_queue.appends._prefix import HoleWatch
-from large_queue.backends import Backend, connect
 from large_queue.cluster import _groups
-from large_queue.queue import DEFAULT_APPENDS, Queue
+from large_queue.queue import Queue
 from large_queue.spark._arrow import read_segment
 from large_queue.spark._options import (
     SourceOptions,
@@ -62,7 +57,8 @@ from large_queue.spark._options import (
     segments,
     starting_offset,
 )
-from large_queue.spark._rows import entry_maker
+from large_queue.spark._stores import open_queue
+from large_queue.spark._write import BatchWriter, StreamWriter
 
 log = logging.getLogger("large_queue.spark")
 
@@ -101,25 +97,9 @@ def _checked_schema(schema: StructType, value_format: str) -> StructType:
 
 
 BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
-FULL_QUEUE_WAIT_SECONDS = 60.0
-
-_stores: dict[tuple[int, str | None], Backend] = {}
-
-
-def _store(url: str | None) -> Backend:
-    """One connection per worker process and URL."""
-    key = (os.getpid(), url)
-    if key not in _stores:
-        _stores[key] = connect(url)
-    return _stores[key]
-
 
 #: what each streaming query's driver has seen of holes, by queue (kept across micro-batches)
 _hole_watches: dict[tuple[int, str | None, str | None, str], HoleWatch] = {}
-
-
-def _open(options: SourceOptions) -> Queue:
-    return Queue.open(_store(options.url), options.queue, namespace=options.namespace)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +114,7 @@ def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) 
     """Read one segment with batch gets; yield Arrow record batches."""
     if segment.start < segment.stop:
         yield from read_segment(
-            _open(options),
+            open_queue(options),
             segment.start,
             segment.stop,
             value_format=options.value_format,
@@ -152,7 +132,7 @@ class _BatchReader(DataSourceReader):
                 "option 'group' is for streaming reads (a group's cursor moves when a micro-batch"
                 " commits); a batch read reads offsets and commits nothing"
             )
-        queue = _open(options)  # planning time: a missing queue or bad offsets fail here
+        queue = open_queue(options)  # planning time: a missing queue or bad offsets fail here
         info = queue.info()
         start = starting_offset(options, queue, info.head_offset, info.tail_offset)
         end = resolve(options.ending, info.head_offset, info.tail_offset)
@@ -180,7 +160,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self.target: int | None = None
-        queue = _open(options)  # planning time: a missing queue fails here
+        queue = open_queue(options)  # planning time: a missing queue fails here
         if options.group is not None:
             _groups.ensure(queue, options.group)  # created at the head on first use
 
@@ -190,7 +170,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         A stream waits on the prefix: a hole it has seen open past the queue's
         hole timeout (across micro-batches, on this driver's clock) it closes.
         """
-        queue = _open(self.options)
+        queue = open_queue(self.options)
         key = (os.getpid(), self.options.url, self.options.namespace, self.options.queue)
         queue.holes = _hole_watches.setdefault(key, queue.holes)
         head, tail = queue.published_tail(close_overdue=True)
@@ -293,116 +273,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         The group then holds back the queue's head like any other group.
         """
         if self.options.group is not None:
-            _groups.commit_cursor(_open(self.options), self.options.group, end["offset"])
-
-
-# --- writing ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Enqueued(WriterCommitMessage):
-    """What one write task enqueued: how many entries, first and last offset."""
-
-    count: int
-    first_offset: int | None
-    last_offset: int | None
-
-
-def _prepare_queue(options: SourceOptions) -> None:
-    """Driver side, before any task: open the queue, or create it if asked to."""
-    try:
-        _open(options)
-    except errors.QueueNotFoundError:
-        if not options.create_if_missing:
-            raise
-        if options.capacity is None:
-            raise errors.InvalidArgumentError("createIfMissing needs option 'capacity'") from None
-        with contextlib.suppress(errors.QueueExistsError):  # a concurrent writer created it
-            Queue.create(
-                _store(options.url),
-                options.queue,
-                capacity=options.capacity,
-                slots_per_record=options.slots_per_record,
-                namespace=options.namespace,
-                encoding=options.entry_encoding,
-                appends=options.appends or DEFAULT_APPENDS,
-            )
-
-
-def _write_rows(options: SourceOptions, schema: StructType, rows: Iterator[Row]) -> Enqueued:
-    queue = _open(options)
-    entry = entry_maker(options, schema)
-    size = min(options.batch_size, queue.capacity)
-    count, first, last = 0, None, None
-    batch: list[Any] = []
-
-    def flush() -> None:
-        nonlocal count, first, last
-        deadline = time.monotonic() + FULL_QUEUE_WAIT_SECONDS
-        delay = 0.01
-        while True:
-            try:
-                offsets = queue.enqueue_batch(batch)
-                break
-            except errors.QueueFullError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)  # consumers are behind: wait for room
-                delay = min(delay * 2, 1.0)
-        count += len(offsets)
-        first = offsets.start if first is None else first
-        last = offsets.stop - 1
-        batch.clear()
-
-    for row in rows:
-        batch.append(entry(row))
-        if len(batch) >= size:
-            flush()
-    if batch:
-        flush()
-    return Enqueued(count, first, last)
-
-
-class _Writer(DataSourceWriter):
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-        _prepare_queue(options)
-
-    def write(self, iterator: Iterator[Row]) -> Enqueued:
-        return _write_rows(self.options, self.schema, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.count for m in messages if isinstance(m, Enqueued))
-        log.info("enqueued %d rows into queue %r", total, self.options.queue)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        done = sum(m.count for m in messages if isinstance(m, Enqueued))
-        log.error(
-            "write to queue %r failed; %d rows from successful tasks stay enqueued, and the batches the"
-            " failing tasks had enqueued before they failed",
-            self.options.queue,
-            done,
-        )
-
-
-class _StreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-        _prepare_queue(options)
-
-    def write(self, iterator: Iterator[Row]) -> Enqueued:
-        return _write_rows(self.options, self.schema, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum(m.count for m in messages if isinstance(m, Enqueued))
-        log.info("micro-batch %d: enqueued %d rows into queue %r", batchId, total, self.options.queue)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.error(
-            "micro-batch %d to queue %r failed; rows already enqueued stay", batchId, self.options.queue
-        )
+            _groups.commit_cursor(open_queue(self.options), self.options.group, end["offset"])
 
 
 class LargeQueueDataSource(DataSource):
@@ -437,8 +308,8 @@ class LargeQueueDataSource(DataSource):
             raise errors.InvalidArgumentError(
                 "large_queue supports mode('append') only: a queue is not overwritten"
             )
-        return _Writer(for_writing(SourceOptions.parse(self.options)), schema)
+        return BatchWriter(for_writing(SourceOptions.parse(self.options)), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer that enqueues each micro-batch."""
-        return _StreamWriter(for_writing(SourceOptions.parse(self.options)), schema)
+        return StreamWriter(for_writing(SourceOptions.parse(self.options)), schema)

@@ -1,0 +1,31 @@
+"""Connections of the Spark data source: one per worker process and URL, reused by its tasks.
+
+Nothing unpicklable travels with a reader or a writer: each process opens
+its own connection the first time a task there needs it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from large_queue.backends import Backend, connect
+from large_queue.queue import Queue
+from large_queue.spark._options import SourceOptions
+
+_stores: dict[tuple[int, str | None], Backend] = {}
+
+
+def store(url: str | None) -> Backend:
+    """One connection per worker process and URL."""
+    key = (os.getpid(), url)
+    if key not in _stores:
+        _stores[key] = connect(url)
+    return _stores[key]
+
+
+def open_queue(options: SourceOptions) -> Queue:
+    """The queue the options name, on this process's connection."""
+    return Queue.open(store(options.url), options.queue, namespace=options.namespace)
+
+
+__all__ = ["open_queue", "store"]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,3 +249,36 @@ def test_bounded_log_puts_trim_by_count_and_age_on_the_store_clock(store: Store,
     store.advance(0.01)
     store.backend.operate(key, [LogPut("log", "late", now, 3, 0)])
     assert list(store.backend.get(key).bins["log"]) == ["late"]  # type: ignore[union-attr]
+
+
+def _stop_inside_a_command(path: str, ready: Any) -> None:
+    backend = EmbeddedBackend(path)
+    with backend.grouped():  # the writer lock is held from here to the group's end
+        backend.put(RecordKey("test", "s", "held"), {"v": 1})
+        ready.set()
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped inside its command: it never ends on its own
+
+
+def test_a_process_stopped_inside_a_command_holds_writers_up_for_busy_timeout_not_forever(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "store.db")
+    backend = EmbeddedBackend(path, busy_timeout=0.5)
+    key = RecordKey("test", "s", "k")
+    backend.put(key, {"v": 0})
+    ready = multiprocessing.get_context("fork").Event()
+    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
+    stopped.start()
+    try:
+        assert ready.wait(10)
+        started = time.monotonic()
+        with pytest.raises(errors.BackendBusyError, match=r"stayed locked by another process for 0\.5 s"):
+            backend.put(key, {"v": 1})
+        assert 0.5 <= time.monotonic() - started < 5
+        assert backend.get(key).bins == {"v": 0}  # type: ignore[union-attr]  (reads go on)
+    finally:
+        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        stopped.join()
+    backend.put(key, {"v": 2})  # its transaction died with it: the file is free again
+    assert backend.get(key).bins == {"v": 2}  # type: ignore[union-attr]
+    assert backend.get(RecordKey("test", "s", "held")) is None

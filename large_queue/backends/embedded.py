@@ -221,12 +221,46 @@ class EmbeddedBackend(Backend):
     def _writer_lock(self, hold: bool) -> None:
         """Take or drop the cross-process writer lock.
 
-        Writers queue on a blocking ``flock``, which the kernel hands over the
-        moment it is released; SQLite's own busy handler would sleep in steps
-        of a millisecond or more, longer than most commands hold the lock.
+        A writer tries for the lock without waiting and, while another
+        process holds it, tries again after a sleep that starts at 20 us and
+        doubles up to 1 ms (SQLite's own busy handler sleeps in steps of a
+        millisecond or more, longer than most commands hold the lock). It
+        gives up after ``busy_timeout`` with ``BackendBusyError``. The
+        timeline it guards against::
+
+            t=0    process A starts a command (or a lock holder's group of
+                   commands) and takes the writer lock.
+            t=0.1  A is stopped (SIGSTOP, a debugger, a VM pause) inside it.
+            t=0.1  every other process's writes wait for the file.
+            t=30   they fail with BackendBusyError naming the file, instead
+                   of waiting for as long as A stays stopped; their reads go
+                   on meanwhile. A's queue lock has expired by then, and is
+                   broken by the first writer after A's command ends.
         """
-        if fcntl is not None and self._writer_file is not None:
-            fcntl.flock(self._writer_file, fcntl.LOCK_EX if hold else fcntl.LOCK_UN)
+        if fcntl is None or self._writer_file is None:
+            return
+        if not hold:
+            fcntl.flock(self._writer_file, fcntl.LOCK_UN)
+            return
+        deadline = None
+        delay = 0.00002
+        while True:
+            try:
+                fcntl.flock(self._writer_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self._busy_timeout
+            elif now >= deadline:
+                raise errors.BackendBusyError(
+                    f"store file {self.path} stayed locked by another process for {self._busy_timeout:g} s"
+                    " (a process stopped or paused inside a command holds every writer up)",
+                    code=-14,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.001)
 
     def grouped(self) -> Group:
         """The commands sent inside, in one SQLite transaction (see :mod:`._transactions`)."""

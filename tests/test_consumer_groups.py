@@ -20,8 +20,10 @@ from large_queue import (
     InvalidArgumentError,
     Queue,
     QueueFullError,
+    _lifecycle,
+    errors,
 )
-from large_queue.cluster import Consumer, Message
+from large_queue.cluster import Consumer, Message, _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from tests.fix_backends import Place, Store
 
@@ -308,3 +310,63 @@ def test_the_groups_command_creates_shows_and_deletes_groups(
     assert json.loads(capsys.readouterr().out) == {"deleted": True}
     assert main(["--url", place.url, "dequeue", name]) == 0  # no group left: dequeuing directly works again
     assert json.loads(capsys.readouterr().out)["value"] == 1  # 0 was acked by the only group: gone
+
+
+def test_a_create_group_whose_lock_was_broken_leaves_the_group_made_since_alone(store: Store) -> None:
+    queue = store.new_queue(capacity=20, slots_per_record=5, lock_ttl=0.3)
+    stale, other = Queue.open(store.backend, queue.name), Queue.open(store.backend, queue.name)
+    owner_key = stale.keys.group("g").owner
+    reads: list[Any] = []
+    real_get = stale.backend.get
+
+    def get_then_pause(key: Any, *args: Any, **kwargs: Any) -> Any:
+        got = real_get(key, *args, **kwargs)
+        if key == owner_key and not reads:
+            reads.append(got)
+            store.advance(0.6)  # meanwhile another holder breaks the lock, makes g, and g acks 0..2
+            assert other.create_group("g")
+            other.enqueue_batch(["e0", "e1", "e2"])
+            with _consumer(other, "g") as consumer:
+                consumer.ack(_receive_all(consumer, 3))
+        return got
+
+    stale.backend.get = get_then_pause  # type: ignore[method-assign]
+    try:
+        with pytest.raises(errors.LockLostError):
+            stale.create_group("g")
+    finally:
+        stale.backend.get = real_get  # type: ignore[method-assign]
+    group = other.group("g")
+    assert (group.acked_offset, group.lost, group.epoch >= 1) == (3, 0, True)  # not reset to the head of t=0
+    with _consumer(other, "g", node="n2") as consumer:
+        assert consumer.receive(5, timeout=0.3) == []  # nothing delivered again
+
+
+def test_a_group_made_again_while_one_is_deleted_keeps_its_records(store: Store) -> None:
+    queue = store.new_queue(capacity=20, slots_per_record=5)
+    other = Queue.open(store.backend, queue.name)
+    queue.create_group("g")
+    created: list[bool] = []
+    real = _lifecycle.remove_ownership
+
+    def remove_while_another_creates(backend: Any, keys: Any) -> None:
+        maker = threading.Thread(target=lambda: created.append(other.create_group("g")))
+        maker.start()
+        maker.join(0.3)
+        assert maker.is_alive()  # it waits for the queue lock: the records go while it is held
+        real(backend, keys)
+        threading.Thread(target=maker.join).start()
+
+    _groups._lifecycle.remove_ownership = remove_while_another_creates  # type: ignore[attr-defined]
+    try:
+        assert queue.delete_group("g")
+    finally:
+        _groups._lifecycle.remove_ownership = real  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while not created and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert created == [True]
+    other.enqueue("e0")
+    assert other.group("g").lag == 1  # made again, and whole
+    with _consumer(other, "g") as consumer:
+        assert [m.value for m in _receive_all(consumer, 1)] == ["e0"]

@@ -36,7 +36,7 @@ from typing import Any
 
 from large_queue import _lifecycle, errors
 from large_queue import _records as rec
-from large_queue.backends import Read, RecordKey, Write
+from large_queue.backends import Read, RecordKey, Write, WriteMode
 from large_queue.backends.conditions import IntBin, StrBin, all_of, eq, le
 from large_queue.cluster._ownership import (
     CURSOR,
@@ -89,6 +89,17 @@ def create(queue: Queue, name: str) -> bool:
     """Create group ``name`` starting at the queue's head; False if it already exists.
 
     The group will see every entry still in the queue and every later one.
+    Its owner record is written under the queue lock, guarded so that a
+    holder whose lock was broken cannot reset a group another made since::
+
+        t=0  A takes the lock to create group g (not listed), reads g's owner
+             record (none, or one left by a deleted g) and renews the lock.
+        t=1  A is paused past the lock's TTL.
+        t=2  B breaks the lock, creates g and commits; consumers ack 0..2.
+        t=9  A resumes: its write of g's owner record is refused (it expected
+             no record, or the generation it read at t=0), so the acked
+             cursor stays; A gets LockLostError. Had B created g before A's
+             renew at t=0, the renew would have failed instead.
     """
     check_group(name)
     keys = queue.keys.group(name)
@@ -96,21 +107,31 @@ def create(queue: Queue, name: str) -> bool:
         if name in grant.groups:
             queue.lock.release(grant)
             return False
-        existing = queue.backend.get(keys.owner)
-        epoch = (existing.bins.get(EPOCH, 0) + 1) if existing is not None else 0  # a stale owner stays fenced
-        queue.backend.put(
-            keys.owner,
-            {
-                OWNER: "",
-                EPOCH: epoch,
-                LAST_OWNER: "",
-                CURSOR: grant.head,
-                INFLIGHT: {},
-                LOST: 0,
-                DEAD: {},
-                DEAD_LETTERED: 0,
-            },
-        )
+        while True:
+            existing = queue.backend.get(keys.owner)
+            grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing written
+            epoch = (
+                (existing.bins.get(EPOCH, 0) + 1) if existing is not None else 0
+            )  # a stale owner stays fenced
+            try:
+                queue.backend.put(
+                    keys.owner,
+                    {
+                        OWNER: "",
+                        EPOCH: epoch,
+                        LAST_OWNER: "",
+                        CURSOR: grant.head,
+                        INFLIGHT: {},
+                        LOST: 0,
+                        DEAD: {},
+                        DEAD_LETTERED: 0,
+                    },
+                    mode=WriteMode.CREATE_ONLY if existing is None else WriteMode.UPDATE_ONLY,
+                    generation=None if existing is None else existing.generation,
+                )
+                break
+            except (errors.RecordExistsError, errors.GenerationMismatchError, errors.RecordNotFoundError):
+                continue  # written since it was read: by a later lock holder (the renew says) or an old owner
         queue.lock.commit(grant, groups=sorted([*grant.groups, name]))
     return True
 
@@ -119,15 +140,19 @@ def delete(queue: Queue, name: str) -> bool:
     """Delete group ``name`` and its records; False if there is no such group.
 
     The head then follows the remaining groups; with none left, the queue
-    may be dequeued directly again.
+    may be dequeued directly again. The records go while the lock is held
+    (renewed first), before the commit that unlists the group: removed after
+    the lock's release, they could be another process's group of the same
+    name, created in between, leaving it listed with no records.
     """
     check_group(name)
     with queue.lock.holding(f"group:{name}") as grant:
         if name not in grant.groups:
             queue.lock.release(grant)
             return False
+        grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing removed
+        _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
         queue.lock.commit(grant, groups=[g for g in grant.groups if g != name])
-    _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
     return True
 
 

@@ -57,6 +57,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from large_queue import _seek, errors
+from large_queue._txn import internal
 from large_queue.appends._prefix import ENTRY, PENDING, kind_of
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("large_queue")
 
-#: the lock holder's name of an operation that only drops expired entries
+#: what names the lock holder of an operation that only drops expired entries (with a unique id)
 EXPIRE_TXN = "expire"
 #: longest ``max_age`` (seconds): ten years
 MAX_AGE_LIMIT = 10 * 365 * 86400
@@ -112,7 +113,7 @@ def drop_expired(queue: Queue) -> range:
     """
     if queue.max_age_ms is None:
         return range(0)
-    with queue.lock.holding(EXPIRE_TXN) as grant:
+    with queue.lock.holding(internal(EXPIRE_TXN)) as grant:
         new_head = _seek.search(queue, grant.now_ms - queue.max_age_ms, grant.head, grant.tail)
         if queue.reserved:
             new_head = _short_of_pending(queue, grant.head, new_head)

@@ -28,6 +28,16 @@ os.register_at_fork(after_in_child=_new_process_id)
 _txn_counter = itertools.count()
 
 
+def internal(what: str) -> str:
+    """A lock holder's name for the library's own operations: ``what`` and a new unique id.
+
+    Unique per call, so that no caller's ``txn_id`` (whose receipt lets a
+    retry take back a lock its own txn still holds) can name it and take the
+    lock from a live holder.
+    """
+    return f"{what}/{txn_id(None)}"
+
+
 def txn_id(txn_id: object) -> str:
     """``txn_id`` as a lock owner name (checked), or a new unique one for None."""
     if txn_id is None:

@@ -351,6 +351,12 @@ def test_bad_call_arguments_are_library_errors_before_anything_is_written(store:
         (lambda: Queue.names(store.backend, namespace=5), "namespace"),  # type: ignore[arg-type]
         (lambda: Queue.open(store.backend, queue.name, lock_policy=None), "LockPolicy"),  # type: ignore[arg-type]
         (lambda: LockPolicy(acquire_timeout="1"), "LockPolicy"),  # type: ignore[arg-type]
+        (
+            lambda: LockPolicy(initial_wait=math.inf, max_wait=math.inf),
+            "at most 86400",
+        ),  # sleep would overflow
+        (lambda: LockPolicy(max_wait=1e300), "at most 86400"),
+        (lambda: LockPolicy(acquire_timeout=math.nan), "LockPolicy"),
     ]:
         with pytest.raises(InvalidArgumentError, match=named):
             bad()

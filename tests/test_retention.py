@@ -212,3 +212,28 @@ def test_expire_past_a_reservation_never_published_says_the_head_may_have_skippe
     queue.enqueue_batch([1, 2, 3, 4])  # a later lap reuses the slot that txn T reserved
     queue.dequeue_batch(10)
     assert queue.outcome("T").state == "unknown"  # not "committed": T's entry was never published
+
+
+def test_a_callers_txn_id_cannot_take_the_lock_from_a_running_expire(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from large_queue import LockNotAcquiredError, _retention
+    from large_queue.lock import LockPolicy
+
+    queue = _queue(store, "lock", lock_ttl=30.0)
+    queue.enqueue_batch(range(3))
+    other = Queue.open(store.backend, queue.name, lock_policy=LockPolicy(acquire_timeout=0.2))
+    tried: list[object] = []
+    search = _retention._seek.search
+
+    def search_while_another_dequeues(*args: Any) -> int:
+        assert queue.current_metadata().lock_owner.startswith("expire/")  # its name, made unique per call
+        try:
+            tried.append(other.dequeue(txn_id="expire"))  # a caller's id that was its fixed name
+        except LockNotAcquiredError:
+            tried.append("waited")
+        return search(*args)
+
+    monkeypatch.setattr(_retention._seek, "search", search_while_another_dequeues)
+    queue.expire()
+    assert tried == ["waited"]  # it did not take the lock from the live expire

@@ -35,6 +35,7 @@ from large_queue import _retention, errors
 from large_queue._frozen import frozen
 from large_queue._lifecycle import seconds as checked_seconds
 from large_queue._read_ahead import ReadAhead
+from large_queue._txn import internal
 from large_queue._waiting import IdlePoller
 from large_queue.appends._prefix import settle_plain
 from large_queue.cluster import _groups
@@ -633,7 +634,7 @@ class Consumer:
             return
         try:
             head = _groups.move_head(
-                self.queue, f"{self.node_id}:head", lambda grant: self._head_target(grant, acked)
+                self.queue, internal(f"{self.node_id}:head"), lambda grant: self._head_target(grant, acked)
             )
         except errors.LargeQueueError as exc:
             log.warning(

@@ -36,6 +36,7 @@ from typing import Any
 
 from large_queue import _lifecycle, errors
 from large_queue import _records as rec
+from large_queue._txn import internal
 from large_queue.backends import Read, RecordKey, Write, WriteMode
 from large_queue.backends.conditions import IntBin, StrBin, all_of, eq, le
 from large_queue.cluster._ownership import (
@@ -103,7 +104,7 @@ def create(queue: Queue, name: str) -> bool:
     """
     check_group(name)
     keys = queue.keys.group(name)
-    with queue.lock.holding(f"group:{name}") as grant:
+    with queue.lock.holding(internal(f"group:{name}")) as grant:
         if name in grant.groups:
             queue.lock.release(grant)
             return False
@@ -146,7 +147,7 @@ def delete(queue: Queue, name: str) -> bool:
     name, created in between, leaving it listed with no records.
     """
     check_group(name)
-    with queue.lock.holding(f"group:{name}") as grant:
+    with queue.lock.holding(internal(f"group:{name}")) as grant:
         if name not in grant.groups:
             queue.lock.release(grant)
             return False
@@ -261,7 +262,7 @@ def commit_cursor(queue: Queue, name: str, offset: int) -> None:
 
 def advance_head(queue: Queue) -> None:
     """Move the queue's head up to the lowest acked position over its groups (under the lock)."""
-    move_head(queue, "groups:head", lambda grant: acked_floor(queue, grant.groups, grant.head))
+    move_head(queue, internal("groups:head"), lambda grant: acked_floor(queue, grant.groups, grant.head))
 
 
 def move_head(queue: Queue, txn_id: str, target: Callable[[LockGrant], int]) -> int | None:

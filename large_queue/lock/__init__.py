@@ -106,6 +106,10 @@ RECOVERY = (
 )
 
 
+#: the longest wait a LockPolicy takes, in seconds (NaN and infinity are refused with it)
+MOST_LOCK_WAIT = 86400.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class LockPolicy:
     """How long and how often to try for a held lock.
@@ -122,9 +126,14 @@ class LockPolicy:
         numbers = all(
             type(v) in (int, float) for v in (self.acquire_timeout, self.initial_wait, self.max_wait)
         )
-        if not (numbers and self.acquire_timeout >= 0 and 0 < self.initial_wait <= self.max_wait):
+        if not (
+            numbers
+            and 0 <= self.acquire_timeout <= MOST_LOCK_WAIT
+            and 0 < self.initial_wait <= self.max_wait <= MOST_LOCK_WAIT
+        ):
             raise errors.InvalidArgumentError(
-                f"LockPolicy needs acquire_timeout >= 0 and 0 < initial_wait <= max_wait, got {self!r}"
+                "LockPolicy needs 0 <= acquire_timeout and 0 < initial_wait <= max_wait, each at most"
+                f" {MOST_LOCK_WAIT:g} s (a day), got {self!r}"
             )
 
 

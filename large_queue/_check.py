@@ -6,8 +6,9 @@ and tail out of order, a missing buffer record, a malformed slot, a slot
 holding an offset that does not belong there, a live offset whose entry is
 gone, a fencing mark ahead of the metadata's counter, a consumer group
 without its owner record. It changes nothing, except with ``repair=True``,
-which recreates missing buffer records (empty; what they held is gone either
-way, and the report says which offsets). Head, tail and slot contents are
+which recreates missing buffer records (empty, with the live offsets they
+held closed where producers append without the lock, so readers pass them at
+once: what they held is gone either way, and the report says which offsets). Head, tail and slot contents are
 never rewritten: guessing them could lose data.
 """
 
@@ -112,16 +113,16 @@ def _check_buffers(
                 live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
                 lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
                 if repair:
-                    backend.put(  # marked with the current token: only newer holders can write it
-                        keys.buffer(index),
-                        rec.empty_buffer(
-                            shape.slots_per_record, token, metadata.incarnation, reserved=metadata.reserved
-                        ),
-                        mode=WriteMode.CREATE_ONLY,
+                    bins = rec.empty_buffer(
+                        shape.slots_per_record, token, metadata.incarnation, reserved=metadata.reserved
                     )
+                    if metadata.reserved:  # gone, published or not: closed, so readers pass them at once
+                        for offset in live:  # (and a producer still to publish one is refused)
+                            bins[rec.SLOTS][shape.slot_of(offset)] = [offset]
+                    # marked with the current token: only newer holders can write it
+                    backend.put(keys.buffer(index), bins, mode=WriteMode.CREATE_ONLY)
                     report.repaired.append(f"{where} was missing and was recreated empty{lost}")
-                    empty = rec.EMPTY_SLOT if metadata.reserved else None
-                    slots_by_record[index] = [empty] * shape.slots_per_record
+                    slots_by_record[index] = bins[rec.SLOTS]
                 else:
                     report.problems.append(f"{where} is missing{lost}")
                 continue
@@ -148,6 +149,10 @@ def _check_buffers(
                     continue
                 if not _well_formed(slot, metadata.reserved):
                     report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
+                elif slot[0] >= metadata.tail:
+                    report.problems.append(
+                        f"{where} slot {position} holds offset {slot[0]}, beyond the tail {metadata.tail}"
+                    )
                 elif len(slot) < 3 and (slot[0] == -1 or metadata.reserved):
                     continue  # empty, or a closed reservation (lock-free appends)
                 elif slot[0] % shape.capacity != index * shape.slots_per_record + position:
@@ -180,6 +185,8 @@ def _well_formed(slot: Any, reserved: bool) -> bool:
     """A slot as the queue's format writes them (see :mod:`large_queue._records`)."""
     if not (isinstance(slot, list) and slot and type(slot[0]) is int):
         return False
+    if len(slot) >= 3 and type(slot[2]) is not int:  # its enqueue time, in ms
+        return False
     if not reserved:
         return len(slot) == 3
     if len(slot) == 1:
@@ -199,24 +206,36 @@ def _check_prefix(metadata: rec.Metadata, slots_by_record: dict[int, list[Any]],
     def slot_at(offset: int) -> Any:
         return slots_by_record[shape.record_of(offset)][shape.slot_of(offset)]
 
-    try:
-        settled = settle(metadata.head, metadata.tail, slot_at, slot_at)
-    except ValueError as exc:
-        report.problems.append(f"a live slot is malformed: {exc}")
-        return
-    report.live_entries = len(settled.entries)
-    if settled.overwritten:
+    entries = closed = overwritten = 0
+    lost: list[int] = []  # below the published mark, so once published: their entries are gone
+    pending: list[int] = []
+    start = metadata.head
+    while start < metadata.tail:  # every offset counted: past an unpublished one too
+        try:
+            settled = settle(start, metadata.tail, slot_at, slot_at)
+        except ValueError as exc:
+            report.problems.append(f"a live slot is malformed: {exc}")
+            return
+        entries += len(settled.entries)
+        closed += settled.closed
+        overwritten += len(settled.overwritten)
+        if settled.end < metadata.tail:
+            (lost if settled.end < metadata.published else pending).append(settled.end)
+        start = settled.end + 1
+    report.live_entries = entries
+    if overwritten:
+        report.problems.append(f"{overwritten} live offsets whose slots hold a later lap's entry")
+    if lost:
         report.problems.append(
-            f"{len(settled.overwritten)} live offsets whose slots hold a later lap's entry"
+            f"live offsets below the published mark {metadata.published} hold no entry (lost):"
+            f" {_listed(lost)}"
         )
-    if settled.closed:
+    if closed:
+        report.notes.append(f"{closed} reserved offsets were closed unpublished (their producers failed)")
+    if pending:
         report.notes.append(
-            f"{settled.closed} reserved offsets were closed unpublished (their producers failed)"
-        )
-    if settled.end < metadata.tail:
-        report.notes.append(
-            f"offsets {settled.end}..{metadata.tail - 1} are reserved and the prefix ends at {settled.end}:"
-            " a producer has not published there yet (readers close it after the hole timeout)"
+            f"offsets {_listed(pending)} are reserved and not published yet: the prefix ends at {pending[0]}"
+            " (readers close them after the hole timeout if their producers never publish)"
         )
 
 

@@ -333,6 +333,8 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     head, tail = bins[HEAD], bins[TAIL]
     if not 0 <= head <= tail <= head + shape.capacity:
         raise corrupt(f"head {head} and tail {tail} break 0 <= head <= tail <= head + {shape.capacity}")
+    if reserved and bins[PUBLISHED] > tail:
+        raise corrupt(f"bin {PUBLISHED!r} holds {bins[PUBLISHED]}, past the tail {tail}")
     return Metadata(
         shape=shape,
         head=head,

@@ -353,7 +353,7 @@ def _stored_stats(queue: Queue) -> dict[str, Any]:
         shared = ownership_info(queue)
         stats["consumers"] = {
             "owner": shared.owner,
-            "not_delivered": info.tail_offset - shared.delivered_offset,
+            "not_delivered": info.tail_offset - max(shared.delivered_offset, info.head_offset),
             "delivered_not_acked": shared.in_flight,
             "live_nodes": sum(node.alive for node in shared.nodes),
         }
@@ -362,7 +362,8 @@ def _stored_stats(queue: Queue) -> dict[str, Any]:
             group.name: {
                 "owner": group.owner,
                 "lag": group.lag,
-                "not_delivered": info.tail_offset - group.delivered_offset,
+                "not_delivered": info.tail_offset
+                - max(group.delivered_offset, info.head_offset),  # lost: not owed
                 "delivered_not_acked": group.in_flight,
                 "lost": group.lost,
                 "dead_lettered": group.dead_lettered,

@@ -345,7 +345,7 @@ class Queue:
         Aerospike, which sends the records before the last in one batch
         command, at most 3.
 
-        ``txn_id`` (your id for this call, unique per call) makes it
+        ``txn_id`` (your id for this call, unique per call; an int is its decimal text) makes it
         idempotent: the call leaves a receipt, and a call whose ``txn_id``
         already has one writes nothing and returns the first call's offsets,
         so a call that failed or timed out in doubt can simply be made again

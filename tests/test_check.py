@@ -48,7 +48,9 @@ def test_unpublished_and_closed_reservations_are_noted_not_problems(store: Store
     assert report.ok, report.lines()
     assert report.live_entries == 3
     assert any("1 reserved offsets were closed" in note for note in report.notes), report.notes
-    assert any("offsets 4..5 are reserved and the prefix ends at 4" in note for note in report.notes)
+    assert any(
+        "offsets 4, 5 are reserved and not published yet: the prefix ends at 4" in n for n in report.notes
+    )
 
 
 def test_a_malformed_slot_of_a_reserving_queue_is_named(store: Store) -> None:
@@ -65,7 +67,9 @@ def test_a_malformed_slot_of_a_reserving_queue_is_named(store: Store) -> None:
     ("damage", "problem"),
     [
         ([ListSet(rec.SLOTS, 1, "garbage")], "slot 1 is malformed"),
-        ([ListSet(rec.SLOTS, 2, [7, "x", 0])], "slot 2 holds offset 7, which belongs elsewhere"),
+        ([ListSet(rec.SLOTS, 2, [0, "x", 0])], "slot 2 holds offset 0, which belongs elsewhere"),
+        ([ListSet(rec.SLOTS, 2, [8, "x", 0])], "slot 2 holds offset 8, beyond the tail 1"),
+        ([ListSet(rec.SLOTS, 0, [0, "x", "yesterday"])], "slot 0 is malformed"),  # no enqueue time
         ([Write(rec.FENCE_COUNTER, 10**6)], "ahead of the queue's counter"),
         ([Write(rec.FENCE_EPOCH, "one")], "non-integer fencing marks"),
         ([Write(rec.SLOTS, [None])], "does not hold a list of 3 slots"),
@@ -211,3 +215,52 @@ def test_a_consumer_group_without_its_owner_record_is_named(store: Store) -> Non
     ]
     assert queue.delete_group("billing")
     assert check_queue(store.backend, queue.name).ok
+
+
+def test_a_reserving_queue_repaired_closes_what_it_lost_and_says_so(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve", hole_timeout=60.0)
+    for n in range(7):
+        queue.enqueue(n)  # offsets 0..6, all published
+    store.backend.remove(queue.keys.buffer(1))
+    repaired = check_queue(store.backend, queue.name, repair=True)
+    assert repaired.repaired == [
+        "buffer record 1 was missing and was recreated empty; the live offsets it held are gone: 3, 4, 5"
+    ]
+    report = check_queue(store.backend, queue.name)
+    assert (report.ok, report.live_entries) == (True, 4), report.lines()
+    assert [e.value for e in queue.dequeue_batch(10)] == [0, 1, 2, 6]  # at once, not after the hole timeout
+
+
+def test_published_offsets_that_hold_no_entry_are_named_lost(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve")
+    for n in range(7):
+        queue.enqueue(n)
+    assert queue.dequeue().value == 0  # type: ignore[union-attr]
+    # as a reader leaves it that settled every offset up to the tail (a group's, say)
+    store.backend.put(queue.keys.metadata, {rec.PUBLISHED: 7}, mode=WriteMode.UPDATE_ONLY)
+    empty = rec.empty_buffer(3, (0, 0), queue.incarnation, reserved=True)  # what a repair once left
+    store.backend.put(queue.keys.buffer(1), empty, mode=WriteMode.REPLACE)
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == ["live offsets below the published mark 7 hold no entry (lost): 3, 4, 5"]
+    assert report.live_entries == 3
+
+
+def test_a_published_mark_past_the_tail_is_named(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve")
+    queue.enqueue("x")
+    store.backend.put(queue.keys.metadata, {rec.PUBLISHED: 1000}, mode=WriteMode.UPDATE_ONLY)
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == [
+        f"metadata record of queue {queue.name!r}: bin 'published' holds 1000, past the tail 1"
+    ]
+    with pytest.raises(CorruptQueueError, match="past the tail"):
+        Queue.open(store.backend, queue.name).info()
+
+
+def test_a_malformed_slot_is_named_with_its_own_record(store: Store) -> None:
+    queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(range(5))
+    store.backend.operate(queue.keys.buffer(1), [ListSet(rec.SLOTS, 1, None)])  # offset 4's slot
+    with pytest.raises(CorruptQueueError, match=r"buffer record 1 .*offset 4") as raised:
+        queue.dequeue_batch(10)
+    assert raised.value.record == 1  # type: ignore[attr-defined]

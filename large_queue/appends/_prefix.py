@@ -55,13 +55,21 @@ class Settled:
     pending: list[int] = field(default_factory=list)
 
 
+class MalformedSlot(ValueError):
+    """A slot that is none of the kinds the format writes; ``offset`` is the offset it was read for."""
+
+    def __init__(self, offset: int, slot: Any) -> None:
+        super().__init__(f"malformed slot for offset {offset}: {slot!r:.200}")
+        self.offset = offset
+
+
 def kind_of(offset: int, slot: Any) -> tuple[str, int | None]:
     """``(kind, last offset of its batch or None)`` of the slot read for ``offset``.
 
-    ``ValueError`` if the slot is malformed.
+    :class:`MalformedSlot` (a ``ValueError``) if the slot is malformed.
     """
     if type(slot) is not list or not slot or type(slot[0]) is not int:
-        raise ValueError(f"malformed slot for offset {offset}: {slot!r}")
+        raise MalformedSlot(offset, slot)
     held = slot[0]
     if held < offset:
         return PENDING, None
@@ -74,7 +82,7 @@ def kind_of(offset: int, slot: Any) -> tuple[str, int | None]:
         return CLOSED, None
     if size == 4 and type(slot[3]) is int and slot[3] >= offset:
         return ENTRY, (None if slot[3] == offset else slot[3])
-    raise ValueError(f"malformed slot for offset {offset}: {slot!r}")
+    raise MalformedSlot(offset, slot)
 
 
 def settle_plain(start: int, slots: list[Any]) -> Settled | None:
@@ -197,6 +205,7 @@ __all__ = [
     "OVERWRITTEN",
     "PENDING",
     "HoleWatch",
+    "MalformedSlot",
     "Settled",
     "kind_of",
     "settle",

@@ -76,8 +76,8 @@ class PrefixReader:
             self.verdicts.clear()
         try:
             return settle(start, stop, slot_at, self.fetch, self.verdicts)
-        except ValueError as exc:
-            raise self.corrupt(start, str(exc)) from None
+        except ValueError as exc:  # a MalformedSlot names its offset
+            raise self.corrupt(getattr(exc, "offset", start), str(exc)) from None
 
     def read(self, start: int, stop: int) -> Settled:
         """Read ``[start, stop)`` (one batch read per :data:`RECORDS_PER_READ` records) and settle it."""

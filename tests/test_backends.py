@@ -36,6 +36,7 @@ from large_queue.backends.conditions import (
     NowMs,
     Param,
     SinceUpdateMs,
+    all_of,
     any_of,
     eq,
     gt,
@@ -174,9 +175,36 @@ def test_batch_get_keeps_order_across_sets_and_skips_expired(store: Store, key: 
 def test_records_expire_after_their_ttl(store: Store, key: RecordKey) -> None:
     store.backend.put(key, {"v": 1}, ttl=3)
     store.advance(1)
+    assert store.backend.operate(key, [Increment("v", 1), Read("v")]) == {"v": 2}  # keeps its TTL
     assert store.backend.get(key) is not None
     store.advance(3)
     assert store.backend.get(key) is None
+
+
+@pytest.mark.parametrize("ttl", [0, -1, -2, 1.5, "10", 2**40, True])
+def test_a_ttl_a_store_would_read_its_own_way_is_refused(store: Store, key: RecordKey, ttl: object) -> None:
+    store.backend.put(key, {"v": 1})
+    with pytest.raises(errors.BackendUsageError, match="ttl must be None"):
+        store.backend.put(key, {"w": 2}, ttl=ttl)  # type: ignore[arg-type]
+    assert store.backend.get(key).bins == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_a_record_key_is_made_of_str() -> None:
+    for bad in [("test", "s", 7), ("test", None, "k"), (b"test", "s", "k")]:
+        with pytest.raises(errors.BackendUsageError, match="are str"):
+            RecordKey(*bad)  # type: ignore[arg-type]
+
+
+def test_junctions_of_fewer_than_two_parts_read_alike_on_every_store(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"a": 1})
+    verdicts = []
+    for condition in [all_of(eq(IntBin("a"), 1)), any_of(eq(IntBin("a"), 2)), all_of(), any_of()]:
+        try:
+            store.backend.operate(key, [Read("a")], condition=condition)
+            verdicts.append(True)
+        except errors.ConditionNotMetError:
+            verdicts.append(False)
+    assert verdicts == [True, False, True, False]
 
 
 def test_the_embedded_file_shrinks_as_queues_are_deleted(tmp_path: Path) -> None:

@@ -133,6 +133,11 @@ def _emit(node: Any, out: list[Any]) -> None:
         out.append(_COMPARE_HEADS[node.op])
         _emit(node.left, out)
         _emit(node.right, out)
+    elif isinstance(node, (c.And, c.Or)) and len(node.parts) < 2:  # the server takes two parts or more
+        if node.parts:
+            _emit(node.parts[0], out)
+        else:  # none: true for And, false for Or, as the embedded store reads them
+            _emit(c.Compare("==" if isinstance(node, c.And) else "!=", 0, 0), out)
     elif isinstance(node, (c.And, c.Or, c.Arith)):
         if isinstance(node, c.Arith):
             head, *_, end = _ARITHMETIC_OF_TWO[node.op]

@@ -51,13 +51,40 @@ def check_bin_values(key: RecordKey, bins: dict[str, Any]) -> None:
             )
 
 
+#: the longest time to live a record may be given, in seconds: ten years, as Aerospike's default ``max-ttl``
+MAX_TTL = 10 * 365 * 86400
+
+
+def check_ttl(ttl: object) -> int | None:
+    """``ttl`` if it is None (never expires) or whole seconds from 1 to :data:`MAX_TTL`.
+
+    Anything else is ``BackendUsageError``.
+
+    Aerospike reads 0, -1 and -2 as "the namespace's default", "never" and
+    "keep the current one"; no store is asked to guess which one was meant.
+    """
+    if ttl is None or (type(ttl) is int and 1 <= ttl <= MAX_TTL):
+        return ttl
+    raise errors.BackendUsageError(
+        f"ttl must be None (never expires) or whole seconds from 1 to {MAX_TTL}, got {ttl!r}", code=-2
+    )
+
+
 @dataclass(frozen=True)
 class RecordKey:
-    """Where a record lives: namespace, set and the record's own key."""
+    """Where a record lives: namespace, set and the record's own key (all str)."""
 
     namespace: str
     set_name: str
     user_key: str
+
+    def __post_init__(self) -> None:
+        if not (type(self.namespace) is str and type(self.set_name) is str and type(self.user_key) is str):
+            raise errors.BackendUsageError(
+                f"a record key's namespace, set and key are str, got {self.namespace!r}, {self.set_name!r},"
+                f" {self.user_key!r}",
+                code=-2,
+            )
 
 
 @dataclass(frozen=True)

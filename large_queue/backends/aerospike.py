@@ -41,6 +41,7 @@ from large_queue.backends._base import (
     WriteMode,
     check_bin_names,
     check_bin_values,
+    check_ttl,
 )
 
 # Aerospike result code -> error class. Codes not listed fall back by category.
@@ -325,6 +326,7 @@ class AerospikeBackend(Backend):
         ttl: int | None = None,
     ) -> None:
         """Write bins; ``mode`` and ``generation`` guard the write."""
+        ttl = check_ttl(ttl)
         policy = dict(self._put_policies[mode], ttl=aerospike.TTL_NEVER_EXPIRE if ttl is None else ttl)
         meta: dict[str, int] | None = None
         if generation is not None:

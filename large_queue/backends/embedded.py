@@ -59,6 +59,7 @@ from large_queue.backends._base import (
     WriteMode,
     check_bin_names,
     check_bin_values,
+    check_ttl,
 )
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
 from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
@@ -301,8 +302,11 @@ class EmbeddedBackend(Backend):
 
     # --- storage primitives ----------------------------------------------------
 
-    def _load(self, conn: sqlite3.Connection, key: RecordKey) -> tuple[dict[str, Any], int, int, int] | None:
-        """A record's bins, generation, last update (ns) and stored size (bytes); None if there is none."""
+    def _load(
+        self, conn: sqlite3.Connection, key: RecordKey
+    ) -> tuple[dict[str, Any], int, int, int, int | None] | None:
+        """A record's bins, generation, last update (ns), stored size (bytes) and expiry (ns, None:
+        never); None if there is none."""
         row = conn.execute(
             "SELECT bins, generation, updated_ns, expires_ns FROM records"
             " WHERE namespace=? AND set_name=? AND user_key=?",
@@ -312,7 +316,13 @@ class EmbeddedBackend(Backend):
             return None
         if row[3] is not None and row[3] <= self.clock():
             return None
-        return _unpack(row[0], (key.namespace, key.set_name, key.user_key)), row[1], row[2], len(row[0])
+        return (
+            _unpack(row[0], (key.namespace, key.set_name, key.user_key)),
+            row[1],
+            row[2],
+            len(row[0]),
+            row[3],
+        )
 
     def _store(
         self,
@@ -429,7 +439,8 @@ class EmbeddedBackend(Backend):
                     merged.pop(name, None)
                 else:
                     merged[name] = value
-            expires = None if ttl is None else self.clock() + ttl * 1_000_000_000
+            seconds = check_ttl(ttl)
+            expires = None if seconds is None else self.clock() + seconds * 1_000_000_000
             if loaded is None:
                 self._store(conn, key, merged, 1, expires, stored_size=None)
             else:
@@ -493,7 +504,7 @@ class EmbeddedBackend(Backend):
             loaded = self._load(conn, key)
             if loaded is None:
                 raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
-            bins, current_generation, updated_ns, stored_size = loaded
+            bins, current_generation, updated_ns, stored_size, expires_ns = loaded
             if generation is not None and current_generation != generation:
                 raise _fail(
                     errors.GenerationMismatchError,
@@ -509,7 +520,8 @@ class EmbeddedBackend(Backend):
             if writes:
                 transaction.become_writer()
                 try:
-                    self._store(conn, key, bins, current_generation + 1, None, stored_size=stored_size)
+                    # as Aerospike's operate (TTL_DONT_UPDATE): a record with a TTL keeps it
+                    self._store(conn, key, bins, current_generation + 1, expires_ns, stored_size=stored_size)
                 except sqlite3.OperationalError as exc:
                     if optimistic and ("locked" in str(exc) or "busy" in str(exc)):
                         raise StaleSnapshot() from exc
@@ -608,7 +620,7 @@ class EmbeddedBackend(Backend):
                 if loaded is None or operations is None:
                     results.append(None if loaded is None else loaded[0])
                 else:
-                    bins, _, updated_ns, _ = loaded
+                    bins, _, updated_ns, _, _ = loaded
                     results.append(_apply(key, bins, operations, self._clock_for(updated_ns, now)))
         return results
 

@@ -158,6 +158,9 @@ def test_batch_get_reports_missing_records(store: Store, key: RecordKey) -> None
     before = backend.commands
     backend.batch_get([key, missing])
     assert backend.commands - before == 1
+    # a record asked only for bins it does not have answers with none: it is not damaged
+    answers = backend.batch_read([(key, [Read("not_there")]), (missing, [Read("v")]), (key, [Read("v")])])
+    assert answers == [{}, None, {"v": 1}]
 
 
 def test_batch_get_keeps_order_across_sets_and_skips_expired(store: Store, key: RecordKey) -> None:

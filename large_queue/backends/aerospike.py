@@ -167,8 +167,13 @@ def batch_write_failure(result: int, in_doubt: bool, key: RecordKey) -> errors.B
     return cls(f"aerospike error {result} on {key}", code=result, in_doubt=in_doubt)
 
 
-def _batch_results(batch: Any) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
+def _batch_results(
+    batch: Any, some_bins: Sequence[bool] | None = None
+) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
     """(meta, bins) of each record of a batch answer, None where a record is missing.
+
+    ``some_bins[i]``: record ``i`` was read with operations, so it may
+    rightly answer with no bins (none of those it asked for exists).
 
     A record the client cannot decode comes back "found" with no bins (every
     stored record has one), and the records after it with code -15: either
@@ -182,9 +187,11 @@ def _batch_results(batch: Any) -> list[tuple[dict[str, Any], dict[str, Any]] | N
             f"batch read of {len(batch.batch_records)} records timed out", code=_TIMEOUT, in_doubt=False
         )
     results: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
-    for item in batch.batch_records:
+    for index, item in enumerate(batch.batch_records):
         if item.result == 0 and item.record is not None and item.record[2]:
             results.append((item.record[1], item.record[2]))
+        elif item.result == 0 and item.record is not None and some_bins is not None and some_bins[index]:
+            results.append((item.record[1], {}))
         elif item.result == 2:
             results.append(None)
         elif item.result in (0, -15):
@@ -542,7 +549,7 @@ class AerospikeBackend(Backend):
         with mapped_errors:
             batch = command()
         results: list[dict[str, Any] | None] = []
-        for found in _batch_results(batch):
+        for found in _batch_results(batch, [operations is not None for _, operations in reads]):
             results.append(None if found is None else found[1])
         return results
 

@@ -313,3 +313,28 @@ def test_a_process_stopped_inside_a_command_holds_writers_up_for_busy_timeout_no
     backend.put(key, {"v": 2})  # its transaction died with it: the file is free again
     assert backend.get(key).bins == {"v": 2}  # type: ignore[union-attr]
     assert backend.get(RecordKey("test", "s", "held")) is None
+
+
+def test_a_batch_of_commands_may_hold_commands_that_only_read(store: Store, key: RecordKey) -> None:
+    other = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    missing = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    store.backend.put(key, {"a": 1})
+    store.backend.put(other, {"a": 1})
+    try:
+        outcomes = store.backend.operate_each(
+            [
+                (key, [Read("a")], None),
+                (other, [Write("a", 2)], None),
+                (missing, [Read("a")], None),
+                (key, [Read("a")], eq(IntBin("a"), 5)),
+            ]
+        )
+        assert outcomes[0] == {"a": 1}
+        assert [type(o).__name__ for o in outcomes[2:]] == ["RecordNotFoundError", "ConditionNotMetError"]
+        assert store.backend.get(other).bins == {"a": 2}  # type: ignore[union-attr]
+        assert store.backend.operate_and_read(key, [Read("a")], (other, [Read("a")], None)) == (
+            {"a": 1},
+            {"a": 2},
+        )
+    finally:
+        store.backend.remove(other)

@@ -167,6 +167,23 @@ def batch_write_failure(result: int, in_doubt: bool, key: RecordKey) -> errors.B
     return cls(f"aerospike error {result} on {key}", code=result, in_doubt=in_doubt)
 
 
+#: a batch command's own result when some of its records failed (each says why): not the batch's failure
+_SOME_RECORDS_FAILED = -16
+
+
+def _refused(batch: Any, what: str) -> errors.BackendError | None:
+    """The error for a batch command refused as a whole before it was sent (None if it was not).
+
+    The client refuses a batch it cannot send (a write command holding only
+    reads, say) with a result of its own, and says -15 (no answer) for each
+    record, which would read as writes in doubt: nothing was sent.
+    """
+    if batch.result in (0, _SOME_RECORDS_FAILED, _TIMEOUT, NO_ANSWER):
+        return None
+    cls = _ERROR_BY_CODE.get(batch.result, errors.BackendError)
+    return cls(f"aerospike refused the {what} before sending it (code {batch.result})", code=batch.result)
+
+
 def _batch_results(
     batch: Any, some_bins: Sequence[bool] | None = None
 ) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
@@ -455,6 +472,9 @@ class AerospikeBackend(Backend):
                 batch = command()
         except errors.BackendTimeoutError as exc:
             raise errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True) from exc
+        refused = _refused(batch, f"command on {key}")
+        if refused is not None:
+            raise refused
         written, beside = batch.batch_records
         if written.result != 0:
             raise batch_write_failure(written.result, bool(written.in_doubt), key)
@@ -497,6 +517,9 @@ class AerospikeBackend(Backend):
         except errors.BackendTimeoutError as exc:
             failure = errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True)
             return [failure for _ in commands]
+        refused = _refused(batch, f"batch command on {len(commands)} records")
+        if refused is not None:
+            raise refused
         outcomes: list[dict[str, Any] | errors.BackendError] = []
         for (key, _, _), written in zip(commands, batch.batch_records, strict=True):
             if written.result != 0:
@@ -514,7 +537,14 @@ class AerospikeBackend(Backend):
     def _batch_write(
         self, key: RecordKey, operations: Sequence[Operation], condition: c.Condition | None
     ) -> Any:
-        """One record's write in a batch command, with ``operate``'s policy in a batch write's terms."""
+        """One record's command in a batch command, with ``operate``'s policy in a batch write's terms.
+
+        A command that only reads goes as a batch read: the client refuses a
+        batch write that writes nothing.
+        """
+        if all(isinstance(operation, READ_OPERATIONS) for operation in operations):
+            read_policy = None if condition is None else {"expressions": compile_condition(condition)}
+            return batch_records.Read(self._key(key), client_operations(operations), policy=read_policy)
         policy = self._beside_write_policy
         if condition is not None:
             policy = dict(policy, expressions=compile_condition(condition))

@@ -336,5 +336,8 @@ def test_a_batch_of_commands_may_hold_commands_that_only_read(store: Store, key:
             {"a": 1},
             {"a": 2},
         )
+        with pytest.raises(errors.BinNameError):  # the caller's mistake, raised before anything is written
+            store.backend.operate_each([(other, [Write("a", 3)], None), (key, [Write("b" * 16, 1)], None)])
+        assert store.backend.get(other).bins == {"a": 2}  # type: ignore[union-attr]
     finally:
         store.backend.remove(other)

@@ -362,11 +362,17 @@ class Backend(ABC):
         record, a timeout in doubt). The commands are not ordered with each
         other: a store may apply them in any order, and some of them only.
         Where :attr:`operates_together` is False they go one after the other.
+        A command the store cannot take at all (a bad bin name, a value no
+        bin can hold) is the caller's mistake, not a record's outcome: it is
+        raised, and bin names are checked before any command is applied.
         """
+        check_bin_names(operation.bin for _, operations, _ in commands for operation in operations)
         outcomes: list[dict[str, Any] | errors.BackendError] = []
         for key, operations, condition in commands:
             try:
                 outcomes.append(self.operate(key, operations, condition=condition))
+            except (errors.BinNameError, errors.BackendUsageError):
+                raise
             except errors.BackendError as exc:
                 outcomes.append(exc)
         return outcomes

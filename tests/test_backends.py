@@ -16,6 +16,7 @@ import pytest
 
 from large_queue import Queue, errors
 from large_queue.backends import (
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -341,3 +342,12 @@ def test_a_batch_of_commands_may_hold_commands_that_only_read(store: Store, key:
         assert store.backend.get(other).bins == {"a": 2}  # type: ignore[union-attr]
     finally:
         store.backend.remove(other)
+
+
+def test_an_expression_read_that_cannot_be_told_reads_none_and_the_command_goes_on(
+    store: Store, key: RecordKey
+) -> None:
+    store.backend.put(key, {"a": 1})
+    answer = store.backend.operate(key, [Evaluate("v", IntBin("missing")), Write("a", 2)])
+    assert answer.get("v") is None
+    assert store.backend.get(key).bins == {"a": 2}  # type: ignore[union-attr]

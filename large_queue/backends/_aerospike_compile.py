@@ -271,7 +271,7 @@ _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
         "op": aerospike.OP_EXPR_READ,
         "bin": op.bin,
         "expr": compile_expression(op.expression, op.values),
-        "expr_flags": aerospike.EXP_READ_DEFAULT,
+        "expr_flags": aerospike.EXP_READ_EVAL_NO_FAIL,  # unknown (a bin missing): None, as embedded
     },
     Compute: lambda op: {
         "op": aerospike.OP_EXPR_WRITE,

@@ -351,3 +351,31 @@ def test_an_expression_read_that_cannot_be_told_reads_none_and_the_command_goes_
     answer = store.backend.operate(key, [Evaluate("v", IntBin("missing")), Write("a", 2)])
     assert answer.get("v") is None
     assert store.backend.get(key).bins == {"a": 2}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda: ([Increment("i", "1")], None),  # type: ignore[arg-type]
+        lambda: ([ListSet("l", "0", 5)], None),  # type: ignore[arg-type]
+        lambda: ([Write("i", 6), "read i"], None),
+        lambda: ([Write("i", 6)], True),
+        lambda: ([Write("i", 6)], Bound(eq(IntBin("i"), Param("p")), {})),  # a template missing its value
+        lambda: ([Write("i", 6)], eq(IntBin("i"), 5.0)),  # type: ignore[arg-type]
+        lambda: ([LogPut("g", "t", (NowMs(),), 1, 1000)], None),
+    ],
+)
+def test_a_malformed_command_is_a_usage_error_on_every_store_and_writes_nothing(
+    store: Store, key: RecordKey, command: Any
+) -> None:
+    store.backend.put(key, {"i": 5, "l": [1]})
+    with pytest.raises(errors.BackendUsageError):
+        operations, condition = command()
+        store.backend.operate(key, operations, condition=condition)
+    assert store.backend.get(key).bins == {"i": 5, "l": [1]}  # type: ignore[union-attr]
+
+
+def test_a_bound_template_inside_another_condition_reads_alike(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"i": 5})
+    store.backend.operate(key, [Write("i", 6)], condition=Not(Bound(eq(IntBin("i"), Param("p")), {"p": 4})))
+    assert store.backend.get(key).bins == {"i": 6}  # type: ignore[union-attr]

@@ -91,6 +91,8 @@ def compile_condition(condition: c.Condition) -> list[tuple[Any, ...]]:
     """
     if isinstance(condition, c.Bound):
         return compile_expression(condition.template, condition.values)
+    if isinstance(condition, (int, str)):  # a constant is no condition (the server would take True)
+        raise TypeError(f"not a condition: {condition!r}")
     return compile_expression(condition, None)
 
 
@@ -159,6 +161,10 @@ def _emit(node: Any, out: list[Any]) -> None:
     elif isinstance(node, c.Not):
         out.append(_NOT_HEAD)
         _emit(node.part, out)
+    elif isinstance(node, c.Bound):  # a bound template inside another condition: its values put in now
+        inner: list[Any] = []
+        _emit(node.template, inner)
+        out.extend(_value(node.values[part.name]) if isinstance(part, c.Param) else part for part in inner)
     elif isinstance(node, (c.IntBin, c.StrBin, c.BinExists)):
         out.append(_bin_leaf(type(node).__name__, node.name))
     elif isinstance(node, c.SinceUpdateMs):

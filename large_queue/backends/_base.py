@@ -70,6 +70,21 @@ def check_ttl(ttl: object) -> int | None:
     )
 
 
+#: what Python raises for an operation or condition built of the wrong parts (a str to increment by,
+#: a template missing a value, something that is no operation): the caller's mistake, raised as
+#: ``BackendUsageError`` by :func:`misuse`
+MISUSE = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+def misuse(key: RecordKey, exc: Exception) -> errors.BackendUsageError:
+    """The library's error for a command the store cannot even build (see :data:`MISUSE`)."""
+    return errors.BackendUsageError(
+        f"a command on record {key.set_name}/{key.user_key} is malformed: {type(exc).__name__}: {exc}",
+        code=-2,
+        in_doubt=False,
+    )
+
+
 @dataclass(frozen=True)
 class RecordKey:
     """Where a record lives: namespace, set and the record's own key (all str)."""
@@ -219,6 +234,10 @@ class LogPut:
     keep: int
     max_age_ms: int
     values: dict[str, int | str] | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.keep) is not int or self.keep < 2:
+            raise errors.BackendUsageError(f"a log keeps at least 2 entries, not {self.keep!r}", code=-2)
 
 
 Operation = (

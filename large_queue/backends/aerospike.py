@@ -31,6 +31,7 @@ from large_queue import errors
 from large_queue.backends import conditions as c
 from large_queue.backends._aerospike_compile import client_operations, compile_condition
 from large_queue.backends._base import (
+    MISUSE,
     READ_OPERATIONS,
     Backend,
     Operation,
@@ -42,6 +43,7 @@ from large_queue.backends._base import (
     check_bin_names,
     check_bin_values,
     check_ttl,
+    misuse,
 )
 
 # Aerospike result code -> error class. Codes not listed fall back by category.
@@ -371,12 +373,15 @@ class AerospikeBackend(Backend):
         generation: int | None = None,
     ) -> dict[str, Any]:
         """Apply operations atomically to an existing record; return the reads."""
-        arguments = self._operate_arguments(key, operations, condition, generation)
+        try:
+            arguments = self._operate_arguments(key, operations, condition, generation)
+        except MISUSE as exc:
+            raise misuse(key, exc) from None
         self._count()
         try:
             with mapped_errors:
                 _, _, bins = self.client.operate(*arguments)
-        except errors.BackendUsageError:
+        except (errors.BackendUsageError, errors.BackendUnavailableError):
             check_bin_names(op.bin for op in operations)  # named as the embedded store names it
             raise
         return bins or {}

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from large_queue import errors
+
 
 @dataclass(frozen=True)
 class IntBin:
@@ -109,6 +111,7 @@ class Param:
 Operand = (
     IntBin | StrBin | SinceUpdateMs | NowMs | ListRangeMax | MapKeyCount | MapItem | Arith | Param | int | str
 )
+_OPERANDS = (IntBin, StrBin, SinceUpdateMs, NowMs, ListRangeMax, MapKeyCount, MapItem, Arith, Param, int, str)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,12 @@ class Compare:
 
     def __post_init__(self) -> None:
         if self.op not in _COMPARATORS:
-            raise ValueError(f"unknown comparison operator {self.op!r}")
+            raise errors.BackendUsageError(f"unknown comparison operator {self.op!r}", code=-2)
+        for side in (self.left, self.right):
+            if not isinstance(side, _OPERANDS) or type(side) is bool:
+                raise errors.BackendUsageError(
+                    f"a comparison compares ints, strs and operands (bins, Param, ...), not {side!r}", code=-2
+                )
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from large_queue import errors
 from large_queue._frozen import frozen
 from large_queue._msgpack import pack, unpack
 from large_queue.backends._base import (
+    MISUSE,
     READ_OPERATIONS,
     Backend,
     Compute,
@@ -60,6 +61,7 @@ from large_queue.backends._base import (
     check_bin_names,
     check_bin_values,
     check_ttl,
+    misuse,
 )
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
 from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
@@ -462,7 +464,10 @@ class EmbeddedBackend(Backend):
             if not isinstance(op, READ_OPERATIONS):
                 writes = True
                 break
-        self._check_bins([op.bin for op in operations])
+        try:
+            self._check_bins([op.bin for op in operations])
+        except AttributeError as exc:  # not an operation
+            raise misuse(key, exc) from None
         guarded = condition is not None or generation is not None
         refused = self._refused
         # Optimistic (a reader until the guard holds) only where this process's
@@ -511,12 +516,16 @@ class EmbeddedBackend(Backend):
                     f"record {key.set_name}/{key.user_key} is not at generation {generation}",
                 )
             clock = self._clock_for(updated_ns)
-            if condition is not None and evaluate(condition, bins, clock) is not True:
+            try:
+                met = condition is None or evaluate(condition, bins, clock) is True
+                results = _apply(key, bins, operations, clock) if met else {}
+            except MISUSE as exc:
+                raise misuse(key, exc) from None
+            if not met:
                 raise _fail(
                     errors.ConditionNotMetError,
                     f"condition not met on record {key.set_name}/{key.user_key}",
                 )
-            results = _apply(key, bins, operations, clock)
             if writes:
                 transaction.become_writer()
                 try:

@@ -23,6 +23,7 @@ from large_queue.backends import (
     LogPut,
     MapGet,
     Read,
+    Record,
     RecordKey,
     Write,
     WriteMode,
@@ -379,3 +380,19 @@ def test_a_bound_template_inside_another_condition_reads_alike(store: Store, key
     store.backend.put(key, {"i": 5})
     store.backend.operate(key, [Write("i", 6)], condition=Not(Bound(eq(IntBin("i"), Param("p")), {"p": 4})))
     assert store.backend.get(key).bins == {"i": 6}  # type: ignore[union-attr]
+
+
+def test_records_without_bins_and_generations_read_alike_on_every_store(store: Store, key: RecordKey) -> None:
+    backend = store.backend
+    backend.put(key, {"a": 1})
+    backend.operate(key, [Write("a", None)])  # its last bin: the record goes with it
+    assert backend.get(key) is None
+    with pytest.raises(errors.RecordNotFoundError):
+        backend.put(key, {"a": None})  # removes a bin of a record that is not there
+    with pytest.raises(errors.BackendUsageError):
+        backend.put(key, {})
+    backend.put(key, {"a": 1}, generation=0)  # a missing record is at generation 0
+    assert backend.get(key) == Record({"a": 1}, 1)
+    assert backend.operate(key, [Read("a")], generation=7) == {"a": 1}  # reads are not guarded by it
+    backend.put(key, {"a": None})
+    assert backend.get(key) is None

@@ -370,3 +370,14 @@ def test_a_group_made_again_while_one_is_deleted_keeps_its_records(store: Store)
     assert other.group("g").lag == 1  # made again, and whole
     with _consumer(other, "g") as consumer:
         assert [m.value for m in _receive_all(consumer, 1)] == ["e0"]
+
+
+def test_a_head_move_whose_target_fails_releases_the_lock(store: Store) -> None:
+    queue = store.new_queue()
+
+    def target(grant: Any) -> int:
+        raise GroupNotFoundError(f"queue {queue.name!r} has no consumer group 'g'", queue=queue.name)
+
+    with pytest.raises(GroupNotFoundError):
+        _groups.move_head(queue, "mover", target)
+    assert queue.info().lock_owner is None  # not held until it expires

@@ -30,6 +30,7 @@ every head move. The failure story, as a timeline::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -272,7 +273,12 @@ def move_head(queue: Queue, txn_id: str, target: Callable[[LockGrant], int]) -> 
     """
     grant = queue.lock.acquire(txn_id)
     try:
-        head = target(grant)
+        try:
+            head = target(grant)
+        except BaseException:  # not left held until it expires
+            with contextlib.suppress(errors.LargeQueueError):
+                queue.lock.release(grant)
+            raise
         if head > grant.head:
             # a group's cursor may have been moved past offsets never published (a seek, say)
             queue.lock.commit(grant, head=head, skipped_to=head if queue.marked else None)

@@ -68,19 +68,23 @@ def test_the_demo_leaves_a_users_queue_named_demo_alone(
         Queue.delete(backend, "demo")
 
 
+@pytest.mark.parametrize(
+    ("table", "name"),
+    [("CREATE TABLE t (x)", "t"), ("CREATE TABLE records (id INTEGER PRIMARY KEY, body TEXT)", "records")],
+)
 def test_another_programs_sqlite_file_is_refused_and_left_unchanged(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, name: str
 ) -> None:
     path = tmp_path / "other.db"
     other = sqlite3.connect(path)
-    other.execute("CREATE TABLE t (x)")
+    other.execute(table)
     other.commit()
     other.close()
     assert main(["--url", f"embedded://{path}", "list"]) == 1
     assert "not an embedded store" in capsys.readouterr().err
     other = sqlite3.connect(path)
     tables = [row[0] for row in other.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    assert tables == ["t"] and other.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert tables == [name] and other.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     other.close()
 
 

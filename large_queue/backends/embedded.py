@@ -96,13 +96,28 @@ CREATE TABLE IF NOT EXISTS records (
 """
 
 
+_COLUMNS = ["namespace", "set_name", "user_key", "generation", "updated_ns", "expires_ns", "bins"]
+
+
 def _refuse_a_foreign_file(conn: sqlite3.Connection, path: Path) -> None:
-    """``StoreFileError`` for an SQLite file with tables but none of a store's: it is left as it is."""
-    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    if tables and "records" not in tables:
+    """``StoreFileError`` for an SQLite file with tables other than a store's: it is left as it is.
+
+    A store's file holds one table, ``records``, with the store's columns;
+    another program's file with a table of that name is refused as well.
+    """
+    tables = [
+        row[0]
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        if not row[0].startswith("sqlite_")
+    ]
+    if not tables:
+        return
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(records)")]
+    if tables != ["records"] or columns != _COLUMNS:
         conn.close()
+        shown = ", ".join(sorted(tables)[:5]) if tables != ["records"] else f"records ({', '.join(columns)})"
         raise errors.StoreFileError(
-            f"{path} is an SQLite database of something else (tables {', '.join(sorted(tables)[:5])}),"
+            f"{path} is an SQLite database of something else (tables {shown}),"
             " not an embedded store: it is left unchanged; name another file",
             code=-1,
         )

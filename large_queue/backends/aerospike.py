@@ -182,6 +182,8 @@ def _refused(batch: Any, what: str) -> errors.BackendError | None:
     """
     if batch.result in (0, _SOME_RECORDS_FAILED, _TIMEOUT, NO_ANSWER):
         return None
+    if any(record.result != NO_ANSWER for record in batch.batch_records):
+        return None  # sent: a record it could not decode (a damaged one read beside) says so itself
     cls = _ERROR_BY_CODE.get(batch.result, errors.BackendError)
     return cls(f"aerospike refused the {what} before sending it (code {batch.result})", code=batch.result)
 

@@ -149,9 +149,10 @@ def _check_buffers(
                     continue
                 if not _well_formed(slot, metadata.reserved):
                     report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
-                elif slot[0] >= metadata.tail:
-                    report.problems.append(
-                        f"{where} slot {position} holds offset {slot[0]}, beyond the tail {metadata.tail}"
+                elif slot[0] >= metadata.tail:  # an append in progress, or a locked one never committed
+                    report.notes.append(
+                        f"{where} slot {position} holds offset {slot[0]}, at or beyond the tail"
+                        f" {metadata.tail} (an append under way, or one that was never committed)"
                     )
                 elif len(slot) < 3 and (slot[0] == -1 or metadata.reserved):
                     continue  # empty, or a closed reservation (lock-free appends)

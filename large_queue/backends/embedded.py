@@ -241,7 +241,7 @@ class EmbeddedBackend(Backend):
 
         A writer tries for the lock without waiting and, while another
         process holds it, tries again after a sleep that starts at 20 us and
-        doubles up to 1 ms (SQLite's own busy handler sleeps in steps of a
+        doubles up to 200 us (SQLite's own busy handler sleeps in steps of a
         millisecond or more, longer than most commands hold the lock). It
         gives up after ``busy_timeout`` with ``BackendBusyError``. The
         timeline it guards against::
@@ -278,7 +278,7 @@ class EmbeddedBackend(Backend):
                     code=-14,
                 )
             time.sleep(delay)
-            delay = min(delay * 2, 0.001)
+            delay = min(delay * 2, 0.0002)
 
     def grouped(self) -> Group:
         """The commands sent inside, in one SQLite transaction (see :mod:`._transactions`)."""

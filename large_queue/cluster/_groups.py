@@ -148,14 +148,23 @@ def delete(queue: Queue, name: str) -> bool:
     name, created in between, leaving it listed with no records.
     """
     check_group(name)
-    with queue.lock.holding(internal(f"group:{name}")) as grant:
-        if name not in grant.groups:
-            queue.lock.release(grant)
-            return False
-        grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing removed
-        _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
-        queue.lock.commit(grant, groups=[g for g in grant.groups if g != name])
-    return True
+    removed = False
+    while True:
+        try:
+            with queue.lock.holding(internal(f"group:{name}")) as grant:
+                if name not in grant.groups:
+                    queue.lock.release(grant)
+                    return removed
+                grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing removed
+                _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
+                removed = True
+                queue.lock.commit(grant, groups=[g for g in grant.groups if g != name])
+            return True
+        except errors.LockLostError:
+            if not removed:
+                raise
+            # Its records are gone and it is still listed (paused past the lock's TTL between the
+            # two): take the lock again and unlist it, rather than leave a group with no records.
 
 
 def names(queue: Queue) -> list[str]:

@@ -5,10 +5,13 @@ string is JSON text, bytes are msgpack; ``valueFormat`` says so explicitly,
 and ``valueFormat=text`` keeps a string as it is). Any other row is the row
 as a dict. Spark types with no Aerospike counterpart become text: a
 ``timestamp`` (an instant) as ISO 8601 in UTC with its ``+00:00`` offset, a
-``timestamp_ntz`` and a ``date`` as ISO 8601 without one, a ``decimal`` as
-its digits. The schema says which is which: PySpark hands both timestamp
+``timestamp_ntz``, a ``date`` and a ``time`` as ISO 8601 without one, a
+``decimal`` as its digits. The schema says which is which: PySpark hands both timestamp
 kinds to Python as naive datetimes (an instant in the worker's local time),
-so the value alone cannot tell an instant from a wall-clock reading.
+so the value alone cannot tell an instant from a wall-clock reading. In the
+hour a worker's zone repeats at the end of daylight saving time, two instants
+reach Python as one wall-clock time: run workers in UTC (``TZ=UTC``) where
+that matters.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ def _plain(value: Any) -> Any:
     """A value of any other type, as Aerospike stores it."""
     if isinstance(value, bytearray):
         return bytes(value)
-    if isinstance(value, (datetime.datetime, datetime.date)):
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return str(value)

@@ -43,7 +43,9 @@ import orjson
 from large_queue import errors
 from large_queue._msgpack import pack, unpack
 
+#: the integers a store keeps (Aerospike's): signed 64-bit
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 # Lists and dicts within lists and dicts, at most: Aerospike's client cannot read back
 # a slot whose entry is nested 63 deep (the slot adds two levels), so the
 # same, rounder limit holds on every store and encoding.

@@ -20,6 +20,7 @@ from large_queue.backends import (
     Increment,
     ListGetRange,
     ListSet,
+    ListSetRange,
     LogPut,
     MapGet,
     Read,
@@ -396,3 +397,72 @@ def test_records_without_bins_and_generations_read_alike_on_every_store(store: S
     assert backend.operate(key, [Read("a")], generation=7) == {"a": 1}  # reads are not guarded by it
     backend.put(key, {"a": None})
     assert backend.get(key) is None
+
+
+def test_list_writes_past_the_end_are_refused_alike_and_a_write_at_the_end_appends(
+    store: Store, key: RecordKey
+) -> None:
+    backend = store.backend
+    backend.put(key, {"l": [1, 2, 3]})
+    backend.operate(key, [ListSet("l", 3, 4)])  # the next index appends
+    backend.operate(key, [ListSetRange("l", 3, [5, 6])])  # a range running past the end grows the list
+    assert backend.get(key).bins == {"l": [1, 2, 3, 5, 6]}  # type: ignore[union-attr]
+    for past in (ListSet("l", 6, 0), ListSetRange("l", 6, [0])):
+        with pytest.raises(errors.BinTypeError):  # Aerospike would pad the list with nils
+            backend.operate(key, [Write("x", 1), past])
+    assert backend.get(key).bins == {"l": [1, 2, 3, 5, 6]}  # type: ignore[union-attr]
+    assert backend.operate(key, [ListGetRange("l", 3, 10)]) == {"l": [5, 6]}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ListSet("l", -1, 0),  # Aerospike would count from the end
+        lambda: ListSetRange("l", -2, [0]),
+        lambda: ListSetRange("l", 0, (0,)),  # type: ignore[arg-type]
+        lambda: ListGetRange("l", -1, 1),
+        lambda: ListGetRange("l", 0, -1),
+        lambda: ListSet("l", True, 0),
+        lambda: Increment("n", 2**63),
+        lambda: Increment("n", 1.0),  # type: ignore[arg-type]
+    ],
+)
+def test_an_operation_a_store_would_read_its_own_way_cannot_be_made(make: Any) -> None:
+    with pytest.raises(errors.BackendUsageError):
+        make()
+
+
+def test_an_increment_wraps_around_at_64_bits_on_every_store(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"n": 2**63 - 2})
+    store.backend.operate(key, [Increment("n", 3)])
+    assert store.backend.get(key).bins == {"n": -(2**63) + 1}  # type: ignore[union-attr]
+    store.backend.operate(key, [Increment("n", -2)])
+    assert store.backend.get(key).bins == {"n": 2**63 - 1}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b, k, o: b.operate_each([(o, [Write("a", 9)], None), (k, [Write("a", 9), "read a"], None)]),
+        lambda b, k, o: b.operate_each([(o, [Write("a", 9)], None), (k, [Write("a", 9)], "a condition")]),
+        lambda b, k, o: b.operate_each(
+            [(o, [Write("a", 9)], None), (k, [Write("a", 9)], Bound(eq(IntBin("a"), Param("p")), {}))]
+        ),
+        lambda b, k, o: b.operate_and_read(o, [Write("a", 9)], (k, ["read a"], None)),
+        lambda b, k, o: b.operate_and_read(o, [Write("a", 9)], (k, [Read("a")], "a condition")),
+        lambda b, k, o: b.batch_read([(o, [Read("a")]), (k, [Write("a", 9)])]),
+        lambda b, k, o: b.batch_read([(o, [Read("a")]), (k, [7])]),
+    ],
+)
+def test_a_malformed_command_among_others_is_a_usage_error_and_none_of_them_is_applied(
+    store: Store, key: RecordKey, call: Any
+) -> None:
+    other = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    store.backend.put(key, {"a": 1})
+    store.backend.put(other, {"a": 1})
+    try:
+        with pytest.raises(errors.BackendUsageError):
+            call(store.backend, key, other)
+        assert [r.bins for r in store.backend.batch_get([key, other])] == [{"a": 1}, {"a": 1}]  # type: ignore[union-attr]
+    finally:
+        store.backend.remove(other)

@@ -260,11 +260,21 @@ def _log_put(op: LogPut) -> dict[str, Any]:
     return write
 
 
+#: a list write past the list's end fails (error 26) instead of padding the list with nils, as on
+#: the embedded store; a write at the end appends
+_BOUNDED = {"write_flags": aerospike.LIST_WRITE_INSERT_BOUNDED}
+
 _BUILDERS: dict[type, Callable[[Any], dict[str, Any]]] = {
     Read: lambda op: {"op": aerospike.OPERATOR_READ, "bin": op.bin},
     Write: lambda op: {"op": aerospike.OPERATOR_WRITE, "bin": op.bin, "val": op.value},
     Increment: lambda op: {"op": aerospike.OPERATOR_INCR, "bin": op.bin, "val": op.by},
-    ListSet: lambda op: {"op": aerospike.OP_LIST_SET, "bin": op.bin, "index": op.index, "val": op.value},
+    ListSet: lambda op: {
+        "op": aerospike.OP_LIST_SET,
+        "bin": op.bin,
+        "index": op.index,
+        "val": op.value,
+        "list_policy": _BOUNDED,
+    },
     ListGetRange: lambda op: {
         "op": aerospike.OP_LIST_GET_RANGE,
         "bin": op.bin,
@@ -343,7 +353,13 @@ def _built(operations: Sequence[Operation]) -> list[dict[str, Any]]:
                 }
             )
             built.append(
-                {"op": aerospike.OP_LIST_INSERT_ITEMS, "bin": op.bin, "index": op.index, "val": op.values}
+                {
+                    "op": aerospike.OP_LIST_INSERT_ITEMS,
+                    "bin": op.bin,
+                    "index": op.index,
+                    "val": op.values,
+                    "list_policy": _BOUNDED,
+                }
             )
         else:
             raise TypeError(f"unknown operation {op!r}")

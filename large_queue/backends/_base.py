@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import unstorable
+from large_queue._entries import INT64_MAX, INT64_MIN, unstorable
 from large_queue.backends.conditions import Condition
 
 MAX_BIN_NAME_BYTES = 15
@@ -137,39 +137,77 @@ class Write:
     value: Any
 
 
+def _count_at_least(name: str, value: object, least: int) -> None:
+    """``BackendUsageError`` unless ``value`` is an int (not a bool) of at least ``least``.
+
+    Checked where the operation is made, so a malformed one never reaches
+    a store: Aerospike reads a negative list index from the list's end,
+    where the embedded store would refuse it.
+    """
+    if type(value) is not int or value < least:
+        raise errors.BackendUsageError(f"{name} must be an int of at least {least}, got {value!r}", code=-2)
+
+
 @dataclass(frozen=True)
 class Increment:
-    """Add ``by`` to an integer bin (a missing bin counts as 0)."""
+    """Add ``by`` (a 64-bit int) to an integer bin (a missing bin counts as 0).
+
+    The sum wraps around at 64 bits, as Aerospike adds: 2**63 - 1 plus 1
+    is -2**63, on every store.
+    """
 
     bin: str
     by: int
 
+    def __post_init__(self) -> None:
+        if type(self.by) is not int or not INT64_MIN <= self.by <= INT64_MAX:
+            raise errors.BackendUsageError(f"an increment is a 64-bit int, got {self.by!r}", code=-2)
+
 
 @dataclass(frozen=True)
 class ListSet:
-    """Set element ``index`` of a list bin."""
+    """Set element ``index`` of a list bin; an ``index`` equal to the list's length appends.
+
+    An ``index`` past that is ``BinTypeError``, nothing written, on every store.
+    """
 
     bin: str
     index: int
     value: Any
 
+    def __post_init__(self) -> None:
+        _count_at_least("a list index", self.index, 0)
+
 
 @dataclass(frozen=True)
 class ListSetRange:
-    """Set ``len(values)`` consecutive elements of a list bin, from ``index``."""
+    """Set ``len(values)`` consecutive elements of a list bin, from ``index`` (a list slice's assignment).
+
+    The list grows where the range runs past its end; an ``index`` past the
+    end is ``BinTypeError``, nothing written, on every store.
+    """
 
     bin: str
     index: int
     values: list[Any]
 
+    def __post_init__(self) -> None:
+        _count_at_least("a list index", self.index, 0)
+        if type(self.values) is not list:
+            raise errors.BackendUsageError(f"a range's values are a list, got {self.values!r}", code=-2)
+
 
 @dataclass(frozen=True)
 class ListGetRange:
-    """Return ``count`` elements of a list bin from ``index``."""
+    """Return ``count`` elements of a list bin from ``index`` (fewer where the list ends first)."""
 
     bin: str
     index: int
     count: int
+
+    def __post_init__(self) -> None:
+        _count_at_least("a list index", self.index, 0)
+        _count_at_least("a count of list elements", self.count, 0)
 
 
 @dataclass(frozen=True)
@@ -254,6 +292,32 @@ Operation = (
     | LogPut
 )
 READ_OPERATIONS = (Read, ListGetRange, ReadSinceUpdate, Evaluate, MapGet)
+OPERATIONS = (
+    *READ_OPERATIONS,
+    Write,
+    Increment,
+    ListSet,
+    ListSetRange,
+    Compute,
+    LogPut,
+)
+
+
+def check_reads(reads: Sequence[tuple[RecordKey, Sequence[Any] | None]]) -> None:
+    """``BackendUsageError`` unless each of a batch read's commands is read operations (or None: all bins)."""
+    for key, operations in reads:
+        if operations is not None and not all(isinstance(op, READ_OPERATIONS) for op in operations):
+            raise misuse(key, TypeError(f"batch_read takes read operations only, got {list(operations)!r}"))
+
+
+def check_commands(commands: Iterable[tuple[RecordKey, Sequence[Any]]]) -> None:
+    """``BackendUsageError`` naming the record if a command holds something that is no operation,
+    or a bin name no store takes: checked before any command is sent."""
+    for key, operations in commands:
+        for op in operations:
+            if not isinstance(op, OPERATIONS):
+                raise misuse(key, TypeError(f"not an operation: {op!r}"))
+        check_bin_names(op.bin for op in operations)
 
 
 #: a read sent beside another command (``Backend.operate_and_read``): its key, read operations, condition
@@ -360,14 +424,18 @@ class Backend(ABC):
         caller checks before using what it saw: it is not ordered with the
         first command (it may see the other record as it was before it or
         after it), and whatever stops it (a missing record, a condition not
-        met, a timeout, a damaged record) gives None, never an error. Where
-        :attr:`reads_beside` is False the two go one after the other, as two
-        commands.
+        met, a timeout, a damaged record) gives None, never an error. A
+        malformed command, either of the two, is ``BackendUsageError`` and
+        writes nothing. Where :attr:`reads_beside` is False the two go one
+        after the other, as two commands.
         """
-        result = self.operate(key, operations, condition=condition)
         read_key, read_operations, read_condition = read
+        check_commands([(key, operations), (read_key, read_operations)])
+        result = self.operate(key, operations, condition=condition)
         try:
             other: dict[str, Any] | None = self.operate(read_key, read_operations, condition=read_condition)
+        except errors.BackendUsageError:
+            raise  # a malformed read is the caller's mistake, not the record's outcome
         except errors.LargeQueueError:
             other = None
         return result, other
@@ -381,11 +449,13 @@ class Backend(ABC):
         record, a timeout in doubt). The commands are not ordered with each
         other: a store may apply them in any order, and some of them only.
         Where :attr:`operates_together` is False they go one after the other.
-        A command the store cannot take at all (a bad bin name, a value no
-        bin can hold) is the caller's mistake, not a record's outcome: it is
-        raised, and bin names are checked before any command is applied.
+        A command the store cannot take at all (something that is no
+        operation, a bad bin name, a template missing a value, a value no bin
+        can hold) is the caller's mistake, not a record's outcome: it is
+        raised (``BackendUsageError``, ``BinNameError``) and no command of
+        the batch is applied.
         """
-        check_bin_names(operation.bin for _, operations, _ in commands for operation in operations)
+        check_commands((key, operations) for key, operations, _ in commands)
         outcomes: list[dict[str, Any] | errors.BackendError] = []
         for key, operations, condition in commands:
             try:

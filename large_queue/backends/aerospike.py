@@ -42,6 +42,8 @@ from large_queue.backends._base import (
     WriteMode,
     check_bin_names,
     check_bin_values,
+    check_commands,
+    check_reads,
     check_ttl,
     misuse,
 )
@@ -497,15 +499,18 @@ class AerospikeBackend(Backend):
         condition: c.Condition | None,
     ) -> Callable[[], Any]:
         read_key, read_operations, read_condition = read
-        read_policy = None if read_condition is None else {"expressions": compile_condition(read_condition)}
-        requests = batch_records.BatchRecords(
-            [
-                self._batch_write(key, operations, condition),
-                batch_records.Read(
-                    self._key(read_key), client_operations(read_operations), policy=read_policy
-                ),
-            ]
-        )
+        check_commands([(key, operations), (read_key, read_operations)])
+        written = self._batch_write(key, operations, condition)
+        try:
+            read_policy = (
+                None if read_condition is None else {"expressions": compile_condition(read_condition)}
+            )
+            beside = batch_records.Read(
+                self._key(read_key), client_operations(read_operations), policy=read_policy
+            )
+        except MISUSE as exc:
+            raise misuse(read_key, exc) from None
+        requests = batch_records.BatchRecords([written, beside])
         return functools.partial(self.client.batch_write, requests, self._beside_policy)
 
     #: operate_each is one batch command: one round trip for all its records
@@ -536,6 +541,7 @@ class AerospikeBackend(Backend):
         return outcomes
 
     def _operate_each_command(self, commands: Sequence[RecordCommand]) -> Callable[[], Any]:
+        check_commands((key, operations) for key, operations, _ in commands)
         requests = batch_records.BatchRecords(
             [self._batch_write(key, operations, condition) for key, operations, condition in commands]
         )
@@ -547,15 +553,19 @@ class AerospikeBackend(Backend):
         """One record's command in a batch command, with ``operate``'s policy in a batch write's terms.
 
         A command that only reads goes as a batch read: the client refuses a
-        batch write that writes nothing.
+        batch write that writes nothing. ``BackendUsageError`` for a
+        malformed command, before anything is sent.
         """
-        if all(isinstance(operation, READ_OPERATIONS) for operation in operations):
-            read_policy = None if condition is None else {"expressions": compile_condition(condition)}
-            return batch_records.Read(self._key(key), client_operations(operations), policy=read_policy)
-        policy = self._beside_write_policy
-        if condition is not None:
-            policy = dict(policy, expressions=compile_condition(condition))
-        return batch_records.Write(self._key(key), client_operations(operations), policy=policy)
+        try:
+            if all(isinstance(operation, READ_OPERATIONS) for operation in operations):
+                read_policy = None if condition is None else {"expressions": compile_condition(condition)}
+                return batch_records.Read(self._key(key), client_operations(operations), policy=read_policy)
+            policy = self._beside_write_policy
+            if condition is not None:
+                policy = dict(policy, expressions=compile_condition(condition))
+            return batch_records.Write(self._key(key), client_operations(operations), policy=policy)
+        except MISUSE as exc:
+            raise misuse(key, exc) from None
 
     def remove(self, key: RecordKey) -> bool:
         """Delete a record; False if it did not exist."""
@@ -593,15 +603,17 @@ class AerospikeBackend(Backend):
     def _batch_read_command(
         self, reads: Sequence[tuple[RecordKey, Sequence[Operation] | None]]
     ) -> Callable[[], Any]:
-        requests = batch_records.BatchRecords(
-            [
-                batch_records.Read(self._key(key), ops=None, read_all_bins=True)
-                if operations is None
-                else batch_records.Read(self._key(key), ops=client_operations(operations))
-                for key, operations in reads
-            ]
-        )
-        return functools.partial(self.client.batch_write, requests)
+        check_reads(reads)
+        requests: list[Any] = []
+        for key, operations in reads:
+            if operations is None:
+                requests.append(batch_records.Read(self._key(key), ops=None, read_all_bins=True))
+                continue
+            try:
+                requests.append(batch_records.Read(self._key(key), ops=client_operations(operations)))
+            except MISUSE as exc:
+                raise misuse(key, exc) from None
+        return functools.partial(self.client.batch_write, batch_records.BatchRecords(requests))
 
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:
         """The sets of ``namespace`` that hold a record with key ``user_key`` (stored keys), sorted."""

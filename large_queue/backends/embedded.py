@@ -19,13 +19,12 @@ them back: keys in order, integers before strings before bytes, each sorted.
 
 from __future__ import annotations
 
-import heapq
-import operator
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,44 +42,25 @@ from large_queue.backends._base import (
     MISUSE,
     READ_OPERATIONS,
     Backend,
-    Compute,
-    Evaluate,
-    Increment,
-    ListGetRange,
-    ListSet,
-    ListSetRange,
-    LogPut,
-    MapGet,
     Operation,
-    Read,
-    ReadSinceUpdate,
+    ReadBeside,
     Record,
+    RecordCommand,
     RecordKey,
-    Write,
     WriteMode,
     check_bin_names,
     check_bin_values,
+    check_reads,
     check_ttl,
     misuse,
 )
+from large_queue.backends._embedded_bins import apply, fail
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
-from large_queue.backends.conditions import UNKNOWN, Clock, Condition, evaluate, value_of
+from large_queue.backends.conditions import Clock, Condition, evaluate
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
 MAX_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
 MAX_SET_NAME_BYTES = 63
-
-# Result codes as Aerospike numbers them, so errors look the same from both stores.
-_CODE = {
-    errors.RecordNotFoundError: 2,
-    errors.GenerationMismatchError: 3,
-    errors.RecordExistsError: 5,
-    errors.BinTypeError: 12,
-    errors.RecordTooLargeError: 13,
-    errors.NamespaceNotFoundError: 20,
-    errors.BinNameError: 21,
-    errors.ConditionNotMetError: 27,
-}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -121,10 +101,6 @@ def _refuse_a_foreign_file(conn: sqlite3.Connection, path: Path) -> None:
             " not an embedded store: it is left unchanged; name another file",
             code=-1,
         )
-
-
-def _fail(cls: type[errors.BackendError], message: str) -> errors.BackendError:
-    return cls(message, code=_CODE.get(cls, -1), in_doubt=False)
 
 
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
@@ -298,7 +274,7 @@ class EmbeddedBackend(Backend):
 
     def _check_key(self, key: RecordKey) -> None:
         if key.namespace not in self.namespaces:
-            raise _fail(
+            raise fail(
                 errors.NamespaceNotFoundError,
                 f"namespace {key.namespace!r} is not configured on the embedded store"
                 f" (configured: {', '.join(sorted(self.namespaces))})",
@@ -375,7 +351,7 @@ class EmbeddedBackend(Backend):
                 f"record {key.set_name}/{key.user_key} cannot hold a value written to it: {exc}", code=-2
             ) from None
         if len(blob) > self.record_size_limit:
-            raise _fail(
+            raise fail(
                 errors.RecordTooLargeError,
                 f"record {key.set_name}/{key.user_key} would be {len(blob)} bytes,"
                 f" over the {self.record_size_limit}-byte record size limit",
@@ -450,13 +426,13 @@ class EmbeddedBackend(Backend):
         with self._transaction(write=True) as conn:
             loaded = self._load(conn, key)
             if loaded is not None and mode is WriteMode.CREATE_ONLY:
-                raise _fail(errors.RecordExistsError, f"record {key.set_name}/{key.user_key} exists")
+                raise fail(errors.RecordExistsError, f"record {key.set_name}/{key.user_key} exists")
             nothing = all(value is None for value in bins.values())  # it only removes bins
             if loaded is None and (nothing or mode in (WriteMode.UPDATE_ONLY, WriteMode.REPLACE)):
-                raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
+                raise fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
             # a missing record is at generation 0, as on Aerospike
             if generation is not None and (0 if loaded is None else loaded[1]) != generation:
-                raise _fail(
+                raise fail(
                     errors.GenerationMismatchError,
                     f"record {key.set_name}/{key.user_key} is not at generation {generation}",
                 )
@@ -533,21 +509,21 @@ class EmbeddedBackend(Backend):
         with transaction as conn:
             loaded = self._load(conn, key)
             if loaded is None:
-                raise _fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
+                raise fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
             bins, current_generation, updated_ns, stored_size, expires_ns = loaded
             if generation is not None and writes and current_generation != generation:  # as Aerospike
-                raise _fail(
+                raise fail(
                     errors.GenerationMismatchError,
                     f"record {key.set_name}/{key.user_key} is not at generation {generation}",
                 )
             clock = self._clock_for(updated_ns)
             try:
                 met = condition is None or evaluate(condition, bins, clock) is True
-                results = _apply(key, bins, operations, clock) if met else {}
+                results = apply(key, bins, operations, clock) if met else {}
             except MISUSE as exc:
                 raise misuse(key, exc) from None
             if not met:
-                raise _fail(
+                raise fail(
                     errors.ConditionNotMetError,
                     f"condition not met on record {key.set_name}/{key.user_key}",
                 )
@@ -641,9 +617,7 @@ class EmbeddedBackend(Backend):
     ) -> list[dict[str, Any] | None]:
         """Read from many records in one command: each record's read operations, or all its bins."""
         self._count()
-        for _, operations in reads:
-            if operations is not None and not all(isinstance(op, READ_OPERATIONS) for op in operations):
-                raise errors.BackendUsageError("batch_read takes read operations only", code=-2)
+        check_reads(reads)
         for key, _ in reads:
             self._check_key(key)
         results: list[dict[str, Any] | None] = []
@@ -655,95 +629,46 @@ class EmbeddedBackend(Backend):
                     results.append(None if loaded is None else loaded[0])
                 else:
                     bins, _, updated_ns, _, _ = loaded
-                    results.append(_apply(key, bins, operations, self._clock_for(updated_ns, now)))
+                    try:
+                        results.append(apply(key, bins, operations, self._clock_for(updated_ns, now)))
+                    except MISUSE as exc:
+                        raise misuse(key, exc) from None
         return results
 
+    def operate_each(self, commands: Sequence[RecordCommand]) -> list[dict[str, Any] | errors.BackendError]:
+        """``operate`` on several records in one transaction (:meth:`Backend.operate_each`).
 
-def _apply(
-    key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation], clock: Clock
-) -> dict[str, Any]:
-    """Apply operations in order to ``bins`` (in place); return what the reads saw."""
-    results: dict[str, Any] = {}
-    for op in operations:
-        if isinstance(op, Read):
-            if op.bin in bins:
-                results[op.bin] = bins[op.bin]
-        elif isinstance(op, Write):
-            if op.value is None:
-                bins.pop(op.bin, None)
-            else:
-                bins[op.bin] = op.value
-        elif isinstance(op, Increment):
-            current = bins.get(op.bin, 0)
-            if type(current) is not int:
-                raise _fail(errors.BinTypeError, f"bin {op.bin!r} of {key.user_key} is not an integer")
-            bins[op.bin] = current + op.by
-        elif isinstance(op, ListSet):
-            target = _list_bin(key, bins, op.bin)
-            if not 0 <= op.index < len(target):
-                raise _fail(
-                    errors.BinTypeError, f"index {op.index} outside list bin {op.bin!r} of {key.user_key}"
-                )
-            target[op.index] = op.value
-        elif isinstance(op, ListSetRange):
-            target = _list_bin(key, bins, op.bin)
-            if not (op.index >= 0 and op.index + len(op.values) <= len(target)):
-                raise _fail(
-                    errors.BinTypeError,
-                    f"range {op.index}..{op.index + len(op.values) - 1} outside list bin {op.bin!r}"
-                    f" of {key.user_key}",
-                )
-            target[op.index : op.index + len(op.values)] = op.values
-        elif isinstance(op, ListGetRange):
-            target = _list_bin(key, bins, op.bin)
-            results[op.bin] = target[op.index : op.index + op.count]
-        elif isinstance(op, ReadSinceUpdate):
-            results[op.bin] = clock.since_update_ms
-        elif isinstance(op, Evaluate):
-            value = value_of(op.expression, bins, clock, op.values)
-            if value is not UNKNOWN:
-                results[op.bin] = value
-        elif isinstance(op, MapGet):
-            found = bins.get(op.bin)
-            if type(found) is dict and op.key in found:
-                results[op.bin] = found[op.key]
-        elif isinstance(op, LogPut):
-            bins[op.bin] = _log_put(key, bins, op, clock)
-        elif isinstance(op, Compute):
-            value = value_of(op.expression, bins, clock, op.values)
-            if type(value) is not int:  # Aerospike fails the command when an expression write is unknown
-                raise _fail(
-                    errors.BinTypeError, f"expression for bin {op.bin!r} of {key.user_key} is unknown"
-                )
-            bins[op.bin] = value
-        else:
-            raise TypeError(f"unknown operation {op!r}")
-    return results
+        A malformed command undoes the commands before it: none of the batch is applied.
+        """
+        with self.grouped(), self._undone_if_malformed():
+            return super().operate_each(commands)
 
+    def operate_and_read(
+        self,
+        key: RecordKey,
+        operations: Sequence[Operation],
+        read: ReadBeside,
+        *,
+        condition: Condition | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``operate`` and a read of another record, in one transaction (:meth:`Backend.operate_and_read`).
 
-def _log_put(key: RecordKey, bins: dict[str, Any], op: LogPut, clock: Clock) -> dict[Any, Any]:
-    """The bounded log after :class:`LogPut` (as Aerospike's map expressions compute it)."""
-    log = bins.get(op.bin)
-    if log is None:
-        log = {}
-    elif type(log) is not dict:
-        raise _fail(errors.BinTypeError, f"bin {op.bin!r} of {key.user_key} is not a map")
-    item = [value_of(part, bins, clock, op.values) for part in op.items]
-    entry_key = value_of(op.key, bins, clock, op.values)
-    if any(part is UNKNOWN for part in item) or entry_key is UNKNOWN:
-        raise _fail(errors.BinTypeError, f"an item of the log in bin {op.bin!r} of {key.user_key} is unknown")
-    cutoff = [clock.now_ms - op.max_age_ms]
-    kept = {k: v for k, v in log.items() if not v < cutoff}
-    excess = len(kept) - (op.keep - 1)
-    if excess > 0:  # the lowest-ranked go (usually one: the log was full)
-        for old_key, _ in heapq.nsmallest(excess, kept.items(), key=operator.itemgetter(1)):
-            del kept[old_key]
-    kept[entry_key] = item
-    return kept
+        A malformed read undoes the write before it.
+        """
+        with self.grouped(), self._undone_if_malformed():
+            return super().operate_and_read(key, operations, read, condition=condition)
 
-
-def _list_bin(key: RecordKey, bins: dict[str, Any], name: str) -> list[Any]:
-    value = bins.get(name)
-    if not isinstance(value, list):
-        raise _fail(errors.BinTypeError, f"bin {name!r} of {key.user_key} is not a list")
-    return value
+    @contextlib.contextmanager
+    def _undone_if_malformed(self) -> Iterator[None]:
+        """Inside a group: what the commands inside wrote is undone if one is malformed (a savepoint)."""
+        conn = self._conn
+        assert conn is not None and self._group is not None
+        conn.execute("SAVEPOINT malformed")
+        try:
+            yield
+        except (errors.BackendUsageError, errors.BinNameError):
+            conn.execute("ROLLBACK TO malformed")
+            raise
+        finally:
+            if conn.in_transaction:  # else SQLite itself failed and rolled the group back: that error goes on
+                conn.execute("RELEASE malformed")

@@ -8,6 +8,7 @@ Examples::
     large-queue info events
     large-queue check events [--repair]
     large-queue get events 0
+    large-queue peek events --from 100 --count 20
     large-queue expire events
     large-queue demo
     large-queue bench
@@ -277,6 +278,12 @@ def _parser() -> argparse.ArgumentParser:
     get = command("get", "read the entry at an offset (no lock)")
     get.add_argument("queue", help="queue name")
     get.add_argument("offset", type=int, help="the entry's offset")
+    peek = command("peek", "print entries from the head (or an offset) on, without taking them (no lock)")
+    peek.add_argument("queue", help="queue name")
+    peek.add_argument(
+        "--from", dest="start", type=int, metavar="OFFSET", help="first offset (default: the head)"
+    )
+    peek.add_argument("--count", type=_positive_int, default=10, help="most entries printed")
     command("demo", "a short tour on the configured store")
     torture = command("torture", "many processes, pauses and kills; then check the history")
     torture.add_argument("--producers", type=_positive_int, default=3, help="producer processes")
@@ -465,6 +472,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print({"dropped": len(dropped), "offsets": [dropped.start, dropped.stop] if dropped else []})
             elif args.command == "get":
                 _print(_entry(queue.get(args.offset)))
+            elif args.command == "peek":
+                for entry in queue.peek(args.count, start=args.start):
+                    _print(_entry(entry))
             elif args.command == "enqueue":
                 try:
                     values = [

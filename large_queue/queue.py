@@ -640,6 +640,24 @@ class Queue:
             return None
         return Entry(offset=offset, value=found_slot[0], enqueued_at_ms=found_slot[1])
 
+    def peek(self, max_entries: int = 100, *, start: int | None = None) -> list[Entry]:
+        """Up to ``max_entries`` entries from the head (or from offset ``start``) on, without taking them.
+
+        Takes no lock and writes nothing: the entries stay for consumers. In
+        offset order; offsets below the head, closed reservations and slots
+        a later lap took are passed over, and the read stops at the end of
+        the published prefix, so fewer come back only where the queue ends
+        first. A later peek from the offset after the last entry goes on
+        where this one stopped. Costs 2 round trips for up to 64 buffer
+        records (see :mod:`large_queue._peek`).
+        """
+        from large_queue import _peek
+
+        positive_int("max_entries", max_entries)
+        if start is not None and (type(start) is not int or start < 0):
+            raise errors.InvalidArgumentError(f"start must be None or a non-negative int, got {start!r}")
+        return _peek.peek(self, start, max_entries)
+
     def offset_at(self, moment: Any) -> int:
         """The first offset enqueued at or after ``moment``, for replay and offset reads.
 

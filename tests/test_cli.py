@@ -160,3 +160,23 @@ def test_a_hole_timeout_is_refused_for_locked_appends_and_kept_for_reserving_one
     other = place.name("r")
     assert main(["--url", place.url, "create", other, "--capacity", "9", "--hole-timeout", "5"]) == 0
     assert Queue.open(place.connect(), other).hole_timeout == 5
+
+
+def test_peek_prints_entries_from_an_offset_one_line_each_and_takes_none(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=9, slots_per_record=3)
+    queue.enqueue_batch([{"n": n} for n in range(5)])
+    assert main(["--url", place.url, "peek", name, "--from", "1", "--count", "3"]) == 0
+    lines = _out(capsys).splitlines()
+    assert [(json.loads(line)["offset"], json.loads(line)["value"]) for line in lines] == [
+        (1, {"n": 1}),
+        (2, {"n": 2}),
+        (3, {"n": 3}),
+    ]
+    assert main(["--url", place.url, "peek", name]) == 0
+    assert len(_out(capsys).splitlines()) == 5
+    assert queue.info().size == 5
+    assert main(["--url", place.url, "peek", name, "--from", "-1"]) == 1
+    assert "InvalidArgumentError" in capsys.readouterr().err

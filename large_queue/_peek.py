@@ -1,0 +1,74 @@
+"""Reading a run of entries by offset, without the lock and without taking them (``queue.peek``).
+
+A peek is an offset read of many entries at once: what ``queue.get`` is for
+one. It reads the metadata record, then the slots from the first offset asked
+for on, a batch read of up to 64 buffer records at a time, and hands out the
+entries found there in offset order. It writes nothing: no lock, no head
+move, no hole closed. What it sees is what ``get`` would see of each offset:
+
+- only the published prefix (``appends="reserve"``): it stops at the first
+  reserved offset not yet published, since what lies past it is not visible
+  yet; closed reservations (tombstones) are no entries and are passed over;
+- only entries still in their slots: an offset whose slot a later lap took
+  (an overwriting producer) is passed over, and so is anything below the
+  head it read, where consumers have taken the entries already.
+
+A peek is not a snapshot: a consumer may take, or an overwriting producer
+drop, entries while it reads. Each entry it gives was in the queue at the
+moment its slot was read, and a later peek from the offset after the last
+entry goes on where this one stopped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from large_queue import _records as rec
+from large_queue._entries import Entry
+from large_queue.appends._reader import RECORDS_PER_READ
+
+if TYPE_CHECKING:
+    from large_queue.queue import Queue
+
+
+def peek(queue: Queue, start: int | None, max_entries: int) -> list[Entry]:
+    """Up to ``max_entries`` entries at offsets from ``start`` (None: the head) on, in offset order.
+
+    Fewer only where the published prefix (or the tail) ends first.
+    """
+    metadata = queue.current_metadata()
+    low = metadata.head if start is None else max(start, metadata.head)
+    if not queue.reserved:
+        return _written(queue, low, metadata.tail, max_entries)
+    # Offsets from the settled mark on are in the prefix only if none before them is pending,
+    # so the read begins at the mark where the first offset asked for lies past it.
+    position = max(metadata.head, min(low, metadata.published))
+    entries: list[Entry] = []
+    while position < metadata.tail and len(entries) < max_entries:
+        if position < low:  # settling the offsets before it, a batch read's worth at a time
+            stop = min(low, position + RECORDS_PER_READ * queue.shape.slots_per_record)
+        else:
+            stop = position + max_entries - len(entries)
+        stop = min(stop, metadata.tail)
+        settled = queue.prefix.read(position, stop)
+        entries += queue._entries([found for found in settled.entries if found[0] >= low])
+        if settled.end < stop:  # a reservation not yet published: the prefix ends there
+            break
+        position = stop
+    return entries[:max_entries]
+
+
+def _written(queue: Queue, low: int, tail: int, max_entries: int) -> list[Entry]:
+    """A queue whose producers append under the lock: every offset below the tail is written."""
+    entries: list[Entry] = []
+    position = low
+    while position < tail and len(entries) < max_entries:
+        stop = min(tail, position + max_entries - len(entries))
+        slots = queue.prefix.slots(position, stop)
+        for offset in range(position, stop):
+            record = queue.shape.record_of(offset)
+            found = rec.slot_entry(queue.name, record, slots[offset], offset, queue.encoding)
+            if found is not None:  # else a later lap's slot: that entry is gone
+                entries.append(queue._entry_of(offset, found))
+        position = stop
+    return entries

@@ -46,6 +46,7 @@ without it (:mod:`large_queue._quick_take`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from large_queue import _locked, _receipts, _retention, errors
@@ -67,16 +68,39 @@ log = logging.getLogger("large_queue")
 GUESSES_PAUSED_AFTER_A_MISS = 16
 
 
-def now(queue: Queue, max_entries: int, txn: str, mine: bool) -> list[Entry]:
-    """Dequeue what is there now; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
+#: offsets past a hole at the head whose hole clocks start with its own (see HoleWatch.note)
+_NOTED_BEHIND_A_HOLE = 10_000
+
+
+def now(
+    queue: Queue,
+    max_entries: int,
+    txn: str,
+    mine: bool,
+    *,
+    deadline: float | None = None,
+    counted: bool = True,
+) -> list[Entry]:
+    """Dequeue what is there now; ``mine``: ``txn`` is the caller's (receipts, repeats).
+
+    ``deadline`` (``time.monotonic()``): a busy lock is waited for until then
+    at most (``LockNotAcquiredError``). ``counted``: this is the caller's
+    whole call, counted once in ``dequeue_calls`` however many locked passes
+    it took (a waiting dequeue counts its call itself).
+    """
     once = settled_once if queue.reserved else locked_once
     while True:
-        taken, again = once(queue, max_entries, txn, mine)
+        within = None if deadline is None else deadline - time.monotonic()
+        taken, again = once(queue, max_entries, txn, mine, within)
         if taken or not again:
+            if counted:
+                queue.counters.add(dequeue_calls=1)
             return taken
 
 
-def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
+def settled_once(
+    queue: Queue, max_entries: int, txn: str, mine: bool, within: float | None = None
+) -> tuple[list[Entry], bool]:
     """One locked dequeue of the published prefix (``appends="reserve"``); True: try again.
 
     Entries this handle read ahead are taken without the lock where nobody took it since this
@@ -90,13 +114,17 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
         return taken, False
     guess = queue.head_guess.read(max_entries)
     beside = None if guess is None else guess.read
-    with queue.lock.holding(txn, receipt=mine, beside=beside) as grant:
+    with queue.lock.holding(txn, receipt=mine, beside=beside, within=within) as grant:
         if grant.receipt is not None:
             return queue._repeated_dequeue(grant), False
         _refuse_groups(queue, grant)
         grant, read, settled = read_settled(queue, grant, max_entries, guess)
         expired, taken = _retention.split_expired(read, grant.now_ms, queue.max_age_ms)
-        closed = not read and settled.end == grant.head and queue.prefix.close_overdue(settled)
+        closed = False
+        if not read and settled.end == grant.head and settled.pending:  # a hole at the head
+            # what was reserved behind it when the acquire read the tail waits on the same clock
+            queue.holes.note(range(settled.end, min(grant.tail, settled.end + _NOTED_BEHIND_A_HOLE)))
+            closed = queue.prefix.close_overdue(settled)
         receipt = _receipt(queue, grant, mine, settled.end, taken)
         queue.lock.commit(
             grant, head=settled.end, published=settled.end, receipt=receipt, known={"entries": taken}
@@ -110,9 +138,11 @@ def settled_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[
     return taken, closed or (not taken and settled.end > grant.head)
 
 
-def locked_once(queue: Queue, max_entries: int, txn: str, mine: bool) -> tuple[list[Entry], bool]:
+def locked_once(
+    queue: Queue, max_entries: int, txn: str, mine: bool, within: float | None = None
+) -> tuple[list[Entry], bool]:
     """One locked dequeue (``appends="lock"``); True: try again (entries were overwritten)."""
-    with queue.lock.holding(txn, receipt=mine) as grant:
+    with queue.lock.holding(txn, receipt=mine, within=within) as grant:
         if grant.receipt is not None:
             return queue._repeated_dequeue(grant), False
         _refuse_groups(queue, grant)
@@ -138,11 +168,11 @@ def _receipt(queue: Queue, grant: LockGrant, mine: bool, new_head: int, taken: l
 
 
 def dequeued(queue: Queue, taken: list[Entry], overwritten: int, expired: int) -> None:
-    """Count a committed dequeue, and say what it passed over: overwritten and expired entries.
+    """Count a committed dequeue's entries, and say what it passed over: overwritten and expired ones.
 
     Only after the commit is it certain: a holder whose lock broke may see reused slots.
     """
-    queue.counters.add(dequeue_calls=1, entries_dequeued=len(taken), entries_overwritten=overwritten)
+    queue.counters.add(entries_dequeued=len(taken), entries_overwritten=overwritten)
     if overwritten:
         log.warning(
             "queue %r: %d entries were overwritten before they were dequeued", queue.name, overwritten

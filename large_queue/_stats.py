@@ -19,7 +19,7 @@ class QueueStats:
 
     enqueue_calls: int = 0  #: enqueue and enqueue_batch calls that committed
     entries_enqueued: int = 0
-    dequeue_calls: int = 0  #: dequeue and dequeue_batch calls that committed (empty ones too)
+    dequeue_calls: int = 0  #: dequeue and dequeue_batch calls that returned (empty ones too)
     entries_dequeued: int = 0
     commands: int = 0  #: store commands (round trips) the handle's operations sent
     lock_waits: int = 0  #: lock acquire attempts refused because another holder had the lock

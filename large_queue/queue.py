@@ -503,8 +503,10 @@ class Queue:
         With ``timeout`` (seconds), an empty queue is watched until an entry
         is published or the time is up: one read of the metadata record per
         poll, polls backing off from 5 ms to 0.1 s (see :mod:`large_queue._waiting`:
-        at most 10 a second however the calls come). ``GroupsInUseError`` if
-        the queue is consumed by consumer groups.
+        at most 10 a second however the calls come). A lock held by another
+        consumer (one that died holding it, say) is waited for until the time
+        is up too, not longer: then nothing is returned. ``GroupsInUseError``
+        if the queue is consumed by consumer groups.
         """
         positive_int("max_entries", max_entries)
         txn = _txn_id(txn_id)
@@ -513,14 +515,24 @@ class Queue:
         mine = txn_id is not None
         if not timeout:
             return _dequeue.now(self, max_entries, txn, mine)
-        deadline = time.monotonic() + timeout
+        taken = self._dequeue_waiting(max_entries, txn, mine, time.monotonic() + timeout)
+        self.counters.add(dequeue_calls=1)  # once, however many polls and passes it took
+        return taken
+
+    def _dequeue_waiting(self, max_entries: int, txn: str, mine: bool, deadline: float) -> list[Entry]:
         while True:
             ready = True
             if self._idle.idle:  # one read of the metadata record tells whether a dequeue could find any
                 if not self._idle.wait_turn(deadline):
                     return []
                 ready = self._has_entries()
-            if ready and (taken := _dequeue.now(self, max_entries, txn, mine)):
+            try:
+                taken = ready and _dequeue.now(self, max_entries, txn, mine, deadline=deadline, counted=False)
+            except errors.LockNotAcquiredError:
+                if time.monotonic() < deadline:
+                    raise  # the acquire timeout, shorter than the caller's: as without a timeout
+                return []
+            if taken:
                 self._idle.found_something()
                 return taken
             self._idle.found_nothing()

@@ -96,6 +96,23 @@ def test_readers_stop_at_a_hole_until_its_timeout_then_close_it(store: Store) ->
     assert values(queue.dequeue_batch(10)) == ["again"]
 
 
+def test_a_dead_producers_reservation_of_many_offsets_is_closed_after_one_hole_timeout(store: Store) -> None:
+    queue, clock = reserving(store, capacity=12, slots_per_record=6, hole_timeout=1.0)
+    queue.appender.reserve(4, overwrite=False)  # offsets 0..3: its producer died before publishing
+    queue.enqueue("behind")
+    assert queue.dequeue() is None  # one offset read: the clocks of all four start now
+    clock.now += 1.5
+    before = queue.stats()
+    entry = queue.dequeue()  # not one hole timeout per offset as the head reaches each
+    assert entry is not None and entry.value == "behind"
+    after = queue.stats()
+    assert after.holes_closed - before.holes_closed == 4
+    assert (after.dequeue_calls - before.dequeue_calls, after.entries_dequeued - before.entries_dequeued) == (
+        1,
+        1,
+    )
+
+
 def test_a_publish_before_the_timeout_wins_over_the_closer(store: Store) -> None:
     queue, clock = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
     slow = queue.appender.reserve(1, overwrite=False)

@@ -7,6 +7,8 @@ A comes back.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, _locked
@@ -107,3 +109,18 @@ def test_fencing_counter_wraps_into_a_new_epoch(store: Store) -> None:
     with pytest.raises(LockLostError):
         _locked.fenced_command(queue, old_epoch, 0, [ListSetRange(rec.SLOTS, 0, [[0, "old", 0]])], read=None)
     assert [e.value for e in wrapping.dequeue_batch(10)] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("appends", ["lock", "reserve"])
+def test_a_waiting_dequeue_waits_on_a_held_lock_until_its_own_timeout_not_longer(
+    store: Store, appends: str
+) -> None:
+    # a consumer died holding the lock, which lasts longer than the waiting dequeue's timeout
+    queue = store.new_queue(appends=appends, lock_ttl=30.0, lock_policy=LockPolicy(acquire_timeout=20.0))
+    queue.enqueue("waiting")
+    queue.lock.try_acquire("dead consumer")
+    began = time.monotonic()
+    assert queue.dequeue(timeout=0.3) is None
+    assert time.monotonic() - began < 10  # the acquire timeout (20 s) did not hold it up
+    assert queue.dequeue_batch(5, timeout=0.1) == []
+    assert queue.stats().dequeue_calls == 2

@@ -192,6 +192,20 @@ class HoleWatch:
                     due.append(offset)
             return due
 
+    def note(self, offsets: range) -> None:
+        """Note ``offsets`` as seen possibly pending now (those noted before keep their time).
+
+        For offsets below a tail read before now, not read themselves: each
+        was reserved by then, so it is published or pending, and a pending
+        one has been open at least since now. Their clocks then run together:
+        a dead producer's reservation of many offsets is closed after one
+        hole timeout, not one timeout per offset as the head reaches each.
+        """
+        now = self.clock()
+        with self._lock:
+            for offset in offsets:
+                self._first_seen.setdefault(offset, now)
+
     def forget(self, below: int) -> None:
         """Drop what was noted for offsets below ``below`` (settled)."""
         with self._lock:

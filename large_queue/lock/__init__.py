@@ -387,6 +387,7 @@ class QueueLock:
         *,
         receipt: bool = False,
         beside: ReadBeside | None = None,
+        within: float | None = None,
     ) -> Holding:
         """The lock for one operation's body, which commits or releases the grant itself.
 
@@ -394,17 +395,23 @@ class QueueLock:
         (:class:`ReleasingOnError`). When the lock is free at once, the
         acquire and the whole body are one group of commands
         (:meth:`Backend.grouped`: one transaction on the embedded store); a
-        busy lock is waited for outside any group. ``receipt`` and ``beside``
-        (sent with the first attempt only): see :meth:`try_acquire`.
+        busy lock is waited for outside any group, for the acquire timeout
+        or ``within`` seconds (a caller's deadline), whichever is shorter.
+        ``receipt`` and ``beside`` (sent with the first attempt only): see
+        :meth:`try_acquire`.
         """
-        return Holding(self, txn_id, receipt, beside)
+        return Holding(self, txn_id, receipt, beside, within)
 
-    def _acquire_after_refusal(self, txn_id: str, *, receipt: bool = False) -> LockGrant:
-        """Wait, then try again, backing off, until the lock is ours or the acquire timeout has passed."""
+    def _acquire_after_refusal(
+        self, txn_id: str, *, receipt: bool = False, within: float | None = None
+    ) -> LockGrant:
+        """Wait, then try again, backing off, until the lock is ours or the acquire timeout (or
+        ``within`` seconds, if shorter) has passed."""
+        timeout = self.policy.acquire_timeout if within is None else min(self.policy.acquire_timeout, within)
         retrying = Retrying(
             retry=retry_if_exception_type(_Busy),
             wait=wait_random_exponential(multiplier=self.policy.initial_wait, max=self.policy.max_wait),
-            stop=stop_after_delay(self.policy.acquire_timeout),
+            stop=stop_after_delay(max(0.0, timeout)),
             reraise=True,
         )
         time.sleep(random.uniform(0, self.policy.initial_wait))  # the first of the waits, after the refusal
@@ -416,7 +423,7 @@ class QueueLock:
             pass
         raise errors.LockNotAcquiredError(
             f"could not acquire the lock of queue {self.keys.name!r} within"
-            f" {self.policy.acquire_timeout} s: another holder keeps it",
+            f" {timeout:g} s: another holder keeps it",
             queue=self.keys.name,
             txn_id=txn_id,
         )
@@ -598,11 +605,13 @@ class Holding:
         txn_id: str,
         receipt: bool = False,
         beside: ReadBeside | None = None,
+        within: float | None = None,
     ) -> None:
         self.lock = lock
         self.txn_id = txn_id
         self.receipt = receipt
         self.beside = beside
+        self.within = within
         self._group: contextlib.AbstractContextManager[None] | None = None
         self._releasing: ReleasingOnError | None = None
 
@@ -613,7 +622,7 @@ class Holding:
             grant = self.lock.try_acquire(self.txn_id, receipt=self.receipt, beside=self.beside)
         except _Busy:
             group.__exit__(None, None, None)  # never wait inside a group
-            grant = self.lock._acquire_after_refusal(self.txn_id, receipt=self.receipt)
+            grant = self.lock._acquire_after_refusal(self.txn_id, receipt=self.receipt, within=self.within)
         except BaseException as exc:
             group.__exit__(type(exc), exc, exc.__traceback__)
             raise

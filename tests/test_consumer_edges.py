@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from large_queue import InvalidArgumentError, OwnershipLostError, Queue, QueueNotFoundError
+from large_queue import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    OwnershipLostError,
+    Queue,
+    QueueNotFoundError,
+)
 from large_queue.cluster import Consumer, Message, OwnershipEvent, ownership_info
 from tests.fix_backends import Store
 
@@ -72,6 +78,11 @@ def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
             consumer.receive(1, timeout=0.3)
         time.sleep(0.5)  # ten watcher ticks
         assert not consumer.owning
+        with pytest.raises(QueueNotFoundError):  # still named after the watcher saw it: no wait for ever
+            consumer.receive(1, timeout=0.3)
+        with pytest.raises(QueueNotFoundError):
+            next(iter(consumer))
+        consumer.ack([])  # nothing to settle: nothing to refuse
         node = consumer.ownership.node_key("n1")
         assert store.backend.get(node) is None  # its heartbeats did not write its record again
     assert store.backend.get(node) is None  # nor did closing it
@@ -237,3 +248,43 @@ def test_a_dead_letter_move_that_keeps_failing_backs_off_and_blocks_nothing(
         assert consumer.receive(1, timeout=1.0) == []
         assert store.backend.commands - before < 200  # a backoff, not a spin (thousands a second)
         assert queue.group("g").in_flight == 3  # the poison one stays in flight, with the two delivered
+
+
+def test_a_group_deleted_under_its_consumer_is_named_and_one_made_again_is_consumed(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch([1, 2, 3])
+    with queue.consumer("n1", group="g", **FAST) as consumer:
+        consumer.ack(_receive(consumer, 3))
+        assert queue.delete_group("g")
+        time.sleep(0.3)  # the watcher ticks: the group is gone
+        with pytest.raises(GroupNotFoundError):
+            consumer.receive(1, timeout=0.3)
+        assert queue.create_group("g")  # made again, at the head
+        queue.enqueue_batch([4, 5])
+        time.sleep(0.3)  # the watcher ticks: the group is there again
+        assert [m.value for m in _receive(consumer, 2)] == [4, 5]  # the node joined it again
+        assert [n.node_id for n in queue.group("g").nodes] == ["n1"]
+
+
+def test_a_consumer_closed_before_it_started_leaves_no_record(store: Store) -> None:
+    queue = store.new_queue()
+    consumer = queue.consumer("never", **FAST)
+    consumer.close()
+    assert store.backend.get(consumer.ownership.node_key("never")) is None
+
+
+def test_a_node_id_no_store_can_key_a_record_with_is_refused(store: Store) -> None:
+    queue = store.new_queue()
+    with pytest.raises(InvalidArgumentError, match="node_id"):
+        queue.consumer("node-\ud800", **FAST)
+
+
+def test_a_nack_error_no_letter_could_hold_is_refused_and_a_long_one_is_cut(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue("x")
+    with queue.consumer("n1", **FAST) as consumer:
+        (message,) = _receive(consumer, 1)
+        with pytest.raises(InvalidArgumentError, match="error"):
+            message.nack(error="bad \ud800")
+        message.nack(error="e" * 5000)
+        assert len(consumer.deliveries.last_error[message.offset]) == 1000

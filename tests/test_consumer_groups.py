@@ -381,3 +381,13 @@ def test_a_head_move_whose_target_fails_releases_the_lock(store: Store) -> None:
     with pytest.raises(GroupNotFoundError):
         _groups.move_head(queue, "mover", target)
     assert queue.info().lock_owner is None  # not held until it expires
+
+
+@pytest.mark.parametrize("name", ["g-nodes", "g-node-x", "g-node", "a-node-nodes"])
+def test_a_group_name_that_could_name_another_groups_records_is_refused(store: Store, name: str) -> None:
+    queue = store.new_queue()
+    queue.create_group("g")
+    with pytest.raises(InvalidArgumentError, match="another group's records"):
+        queue.create_group(name)
+    assert queue.create_group("my-nodejs-app") and queue.create_group("nodes")
+    assert sorted(g.name for g in queue.groups()) == ["g", "my-nodejs-app", "nodes"]

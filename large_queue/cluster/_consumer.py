@@ -57,6 +57,10 @@ _MOVE_PAUSE_MOST = 60.0
 log = logging.getLogger("large_queue.cluster")
 
 
+#: the most of a nack's ``error`` kept for the entry's dead letter (the rest is cut, marked with an ellipsis)
+MAX_ERROR_CHARS = 1000
+
+
 class Consumer:
     """One node's consumer of a queue shared by many nodes.
 
@@ -170,6 +174,8 @@ class Consumer:
         self._ahead = ReadAhead()  # slots read ahead of the cursor, delivered with no command
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the queue (or group) found deleted by the watcher's last tick: receive raises it
+        self._gone: errors.LargeQueueError | None = None
 
     # --- life cycle ------------------------------------------------------------------
 
@@ -212,8 +218,9 @@ class Consumer:
                 with contextlib.suppress(errors.LargeQueueError):
                     self._hand_over(final=True)
             self._lock.notify_all()
-        with contextlib.suppress(errors.LargeQueueError):
-            self.ownership.heartbeat(interested=False)
+        if self._thread is not None:  # a consumer never started has no node record to update
+            with contextlib.suppress(errors.LargeQueueError):
+                self.ownership.heartbeat(interested=False)
 
     def __enter__(self) -> Consumer:
         return self.start()
@@ -264,6 +271,8 @@ class Consumer:
         left as it is. Once the ack's write has applied, the call succeeds:
         moving the queue's head after it is retried later if it fails (logged).
         """
+        if isinstance(messages, (list, tuple)) and not messages:
+            return  # nothing to settle, owning or not
         with self._lock:
             offsets = {m.offset for m in self._current(messages) if m.offset in self._inflight}
             if not offsets:
@@ -281,6 +290,15 @@ class Consumer:
                 "error must be a str or None (it goes into the entry's dead letter),"
                 f" got {type(error).__name__}: pass str(exc)"
             )
+        if error is not None:
+            try:
+                error.encode()
+            except UnicodeEncodeError:  # a lone surrogate: no dead letter could hold it
+                raise errors.InvalidArgumentError(
+                    f"error must be valid unicode text, got {error!r}"
+                ) from None
+            if len(error) > MAX_ERROR_CHARS:  # kept whole, it could make the letter too large to store
+                error = error[: MAX_ERROR_CHARS - 1] + "\u2026"
         with self._lock:
             if self._current([message]) and message.offset in self._inflight:
                 self.deliveries.nacked(message.offset, delay, error)
@@ -359,6 +377,9 @@ class Consumer:
             while True:
                 if self._closed.is_set():
                     return []
+                gone = self._gone
+                if gone is not None and not self._owning:  # until a tick finds it again (made anew)
+                    raise gone.with_traceback(None)
                 if self._owning and self._slice_over():
                     self._hand_over(final=False)  # keeps the queue if nobody else wants it
                 pause = self.poll_interval  # not owning: the watcher thread notifies a take
@@ -673,19 +694,24 @@ class Consumer:
         """The watcher: a tick every poll interval until closed (a failed tick is logged, the next tries).
 
         A queue (or group) deleted under the consumer ends its ownership at
-        once and is logged once, not at every poll; ``receive`` names it.
+        once and is logged once, not at every poll; every ``receive`` from
+        then on raises it (``QueueNotFoundError``, ``GroupNotFoundError``),
+        so a loop over the consumer ends instead of waiting for ever, until
+        a tick finds the queue again.
         """
-        gone = False
         while not self._closed.wait(self.poll_interval):
             try:
                 self._tick()
-                gone = False
+                if self._gone is not None:
+                    with self._lock:
+                        self._gone = None
             except (errors.QueueNotFoundError, errors.GroupNotFoundError) as exc:
                 with self._lock:
                     self._lose()
-                if not gone:
-                    log.warning("node %r: %s", self.node_id, exc)
-                gone = True
+                    if self._gone is None:
+                        log.warning("node %r: %s", self.node_id, exc)
+                    self._gone = exc
+                    self._lock.notify_all()  # a receive waiting for ownership raises it now
             except errors.LargeQueueError:
                 log.warning("node %r: ownership check failed", self.node_id, exc_info=True)
             except Exception:  # a bug must not end the heartbeats of a consumer that looks open

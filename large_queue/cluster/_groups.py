@@ -87,6 +87,27 @@ def check_group(name: object) -> str:
     return rec.check_name("group name", name, MAX_GROUP_NAME_CHARS)
 
 
+def check_new_group(name: object) -> str:
+    """:func:`check_group`, and not a name whose records' keys could be another group's.
+
+    A group's records are keyed ``queue-group-<name>`` (its owner record),
+    ``...-<name>-nodes`` (its node list) and ``...-<name>-node-<node id>``
+    (each node's heartbeat). Group ``g-nodes`` would own group ``g``'s node
+    list as its owner record, and group ``g-node-x`` node ``x``'s heartbeat:
+    deleting ``g`` would remove the other's records, and a heartbeat would
+    keep its dead owner looking alive. A name holding ``-node-`` or ending in
+    ``-node`` or ``-nodes`` is the only kind that can meet another's keys.
+    """
+    check_group(name)
+    assert isinstance(name, str)
+    if "-node-" in name or name.endswith(("-node", "-nodes")):
+        raise errors.InvalidArgumentError(
+            f"group name {name!r} cannot be created: a name holding '-node-' or ending in '-node' or"
+            " '-nodes' could name another group's records (its node list or a node's heartbeat)"
+        )
+    return name
+
+
 def create(queue: Queue, name: str) -> bool:
     """Create group ``name`` starting at the queue's head; False if it already exists.
 
@@ -103,7 +124,7 @@ def create(queue: Queue, name: str) -> bool:
              cursor stays; A gets LockLostError. Had B created g before A's
              renew at t=0, the renew would have failed instead.
     """
-    check_group(name)
+    check_new_group(name)
     keys = queue.keys.group(name)
     with queue.lock.holding(internal(f"group:{name}")) as grant:
         if name in grant.groups:

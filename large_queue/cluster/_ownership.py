@@ -132,6 +132,12 @@ class Ownership:
             raise errors.InvalidArgumentError(
                 f"node_id must be a string of 1 to {MAX_NODE_ID_CHARS} characters and no NUL, got {node_id!r}"
             )
+        try:
+            node_id.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no store can key a record with it
+            raise errors.InvalidArgumentError(
+                f"node_id must be valid unicode text, got {node_id!r}"
+            ) from None
         self.queue = queue
         self.backend = queue.backend
         self.node_id = node_id
@@ -187,8 +193,11 @@ class Ownership:
         Only joining creates the record. A heartbeat that finds it gone
         (the queue was deleted with its records) checks that the queue's
         owner record is still there (``QueueNotFoundError`` or
-        ``GroupNotFoundError`` if not) before it writes the record again,
-        so a consumer left running on a deleted queue leaves nothing behind.
+        ``GroupNotFoundError`` if not), so a consumer left running on a
+        deleted queue leaves nothing behind. Where it is there (the group
+        was deleted and made again), the node joins again: written back
+        without joining, the record would keep a node no one can hand the
+        queue to, and outlive the group.
         """
         bins = {"node": self.node_id, INTERESTED: int(interested)}
         if join:
@@ -198,7 +207,8 @@ class Ownership:
             self.backend.put(self.node_key(self.node_id), bins, mode=WriteMode.UPDATE_ONLY)
         except errors.RecordNotFoundError:
             self.read()
-            self.backend.put(self.node_key(self.node_id), bins)
+            if interested:
+                self.join()
 
     # --- reading ----------------------------------------------------------------------
 

@@ -391,3 +391,18 @@ def test_a_group_name_that_could_name_another_groups_records_is_refused(store: S
         queue.create_group(name)
     assert queue.create_group("my-nodejs-app") and queue.create_group("nodes")
     assert sorted(g.name for g in queue.groups()) == ["g", "my-nodejs-app", "nodes"]
+
+
+def test_the_ungrouped_consumer_after_the_last_group_goes_starts_where_the_groups_left_off(
+    store: Store,
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.enqueue_batch([0, 1, 2, 3])
+    with queue.consumer("n1", **FAST) as consumer:
+        consumer.ack(_receive_all(consumer, 2))
+    with _consumer(queue, "g") as consumer:
+        consumer.ack(_receive_all(consumer, 2))  # 2 and 3: consumed by the group, not lost
+    assert queue.delete_group("g")
+    queue.enqueue_batch([4, 5])
+    with queue.consumer("n1", on_data_loss="fail", **FAST) as consumer:  # DataLossError before
+        assert [m.value for m in _receive_all(consumer, 2)] == [4, 5]

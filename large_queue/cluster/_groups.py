@@ -46,6 +46,7 @@ from large_queue.cluster._ownership import (
     DEAD_LETTERED,
     EPOCH,
     INFLIGHT,
+    INSTANCE,
     LAST_OWNER,
     LOST,
     OWNER,
@@ -179,13 +180,49 @@ def delete(queue: Queue, name: str) -> bool:
                 grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing removed
                 _lifecycle.remove_ownership(queue.backend, queue.keys.group(name))
                 removed = True
-                queue.lock.commit(grant, groups=[g for g in grant.groups if g != name])
+                remaining = [g for g in grant.groups if g != name]
+                if not remaining:
+                    _restart_ungrouped_cursor(queue, grant.head)
+                queue.lock.commit(grant, groups=remaining)
             return True
         except errors.LockLostError:
             if not removed:
                 raise
             # Its records are gone and it is still listed (paused past the lock's TTL between the
             # two): take the lock again and unlist it, rather than leave a group with no records.
+
+
+def _restart_ungrouped_cursor(queue: Queue, head: int) -> None:
+    """With the last group gone, the queue's own cursor (if a consumer ever had one) starts at ``head``.
+
+    The groups consumed what lies below it: left behind, that cursor would
+    make the next ungrouped consumer count those entries as lost (and raise
+    ``DataLossError`` with ``on_data_loss="fail"``). Its in-flight entries
+    went the same way, and its epoch moves on so that an owner from before
+    the groups stays fenced. Done under the queue lock, before the commit
+    that unlists the last group.
+    """
+    key = queue.keys.group(None).owner
+    while True:
+        record = queue.backend.get(key)
+        if record is None:
+            return
+        try:
+            queue.backend.put(
+                key,
+                {
+                    OWNER: "",
+                    INSTANCE: "",
+                    EPOCH: record.bins.get(EPOCH, 0) + 1,
+                    CURSOR: max(head, record.bins.get(CURSOR, 0)),
+                    INFLIGHT: {},
+                },
+                mode=WriteMode.UPDATE_ONLY,
+                generation=record.generation,
+            )
+            return
+        except (errors.GenerationMismatchError, errors.RecordNotFoundError):
+            continue  # a paused owner from before the groups wrote it: read it again
 
 
 def names(queue: Queue) -> list[str]:

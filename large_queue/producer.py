@@ -74,6 +74,7 @@ ends first, the producer writes what was sent, then refuses any further send.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -235,6 +236,7 @@ class Producer:
         self._stopped = False  # the producer thread has taken its last entry
         self._sending: _Batch | None = None  # the batch the producer thread appends now
         self._why = ""  # why it closed, if its thread failed
+        self._pid = os.getpid()  # its thread lives in this process only: a forked child has none
         self._thread = threading.Thread(target=self._run, name=f"large_queue producer {queue.name}")
         self._thread.start()
 
@@ -257,6 +259,8 @@ class Producer:
         closed (``InvalidArgumentError``). Blocks while ``max_pending`` entries
         are unresolved.
         """
+        if os.getpid() != self._pid:
+            raise self._forked()
         checked = check_entry(value, self._entry_limit, self._encoding)
         intake = self._intake
         if self._closed or len(intake) >= self.max_pending - self._taken + self._resolved:
@@ -294,6 +298,8 @@ class Producer:
 
         True when they all are; False if ``timeout`` seconds passed first.
         """
+        if os.getpid() != self._pid:
+            raise self._forked()
         with self._lock:
             target = self._flush_upto = max(self._flush_upto, self._taken + len(self._intake))
             self._work.notify()
@@ -306,12 +312,28 @@ class Producer:
 
         True when the thread has stopped (every future resolved); False if
         ``timeout`` seconds passed first: the thread then goes on until it
-        has resolved them all. Closing again does no harm.
+        has resolved them all. Closing again does no harm. In a process
+        forked from the one that made the producer, False at once: its
+        thread, and whatever it was sending, stayed in the parent.
         """
+        if os.getpid() != self._pid:
+            return False
         with self._lock:
             self._close()
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def _forked(self) -> errors.InvalidArgumentError:
+        """The error for a producer used in a process forked from the one that made it.
+
+        The child has a copy of the producer but not its thread (threads do
+        not survive a fork), and its locks may have been held at the fork:
+        nothing it sent would ever be written.
+        """
+        return errors.InvalidArgumentError(
+            f"{self!r} was made in process {self._pid}, not in this one ({os.getpid()}): its thread does not"
+            " survive a fork, so nothing sent here would be written; make a producer in this process"
+        )
 
     def _close(self) -> None:
         """(holding the lock) Stop accepting entries; send those waiting at once."""

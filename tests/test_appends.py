@@ -200,6 +200,23 @@ def test_a_batch_sends_the_records_before_its_last_together_and_settles_each(sto
     assert values(queue.dequeue_batch(20)) == list(range(10))
 
 
+@pytest.mark.parametrize("encoding", ["msgpack", "native"])
+def test_records_sent_together_are_cut_into_commands_of_bounded_size(
+    store: Store, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    import large_queue.appends
+
+    # Aerospike's client refuses a batch command past about 128 MiB: here the bound is 300 bytes
+    monkeypatch.setattr(large_queue.appends, "MOST_BYTES_TOGETHER", 300)
+    queue, _ = reserving(store, capacity=40, slots_per_record=3, encoding=encoding)
+    together = SentTogether(store.backend)
+    queue = Queue.open(together, queue.name)
+    entries = ["x" * 40] * 19  # offsets 0..18: records 0 to 6; each record's 3 entries about 120 bytes
+    assert queue.enqueue_batch(entries) == range(19)
+    assert together.sent == [2, 2, 2]  # the 6 records before the last, two to a command
+    assert values(queue.dequeue_batch(40)) == entries
+
+
 def test_a_batch_refused_in_a_record_sent_together_is_closed_whole(store: Store) -> None:
     queue, _ = reserving(store, capacity=24, slots_per_record=3)
     together = SentTogether(store.backend)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -556,3 +557,29 @@ def test_pending_entries_stay_within_max_pending_and_one_per_sender(store: Store
     assert producer.close(timeout=10) is True
     assert appended[0] > 4 * limit  # sends waited for room many times
     assert worst[0] <= limit + threads
+
+
+def test_a_producer_used_in_a_forked_child_refuses_instead_of_never_resolving(store: Store) -> None:
+    queue = store.new_queue()
+    with queue.producer(linger=0.0) as producer:
+        assert producer.send("parent").result(timeout=5) == 0
+        reading, writing = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: its copy of the producer has no thread
+            said = []
+            for call in (lambda: producer.send("child"), lambda: producer.flush(timeout=1)):
+                try:
+                    call()
+                    said.append("accepted")
+                except InvalidArgumentError as exc:
+                    said.append("refused" if "fork" in str(exc) else str(exc))
+            said.append(str(producer.close(timeout=1)))
+            os.write(writing, ",".join(said).encode())
+            os._exit(0)
+        os.close(writing)
+        _, status = os.waitpid(child, 0)
+        with os.fdopen(reading) as answer:
+            assert answer.read() == "refused,refused,False"
+        assert status == 0
+        assert producer.send("parent again").result(timeout=5) == 1  # the parent's goes on
+    assert queue.info().size == 2

@@ -70,6 +70,7 @@ from typing import Any, NamedTuple
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._msgpack import pack
 from large_queue._stats import Counters
 from large_queue.backends import (
     Backend,
@@ -165,6 +166,45 @@ class SlotPut(NamedTuple):
     record: int
     writes: list[Operation]
     slots: list[SlotRun]
+
+
+#: the most bytes of entries sent in one command on several records: Aerospike's client refuses a
+#: batch command of more than about 128 MiB before sending it (a batch of 2,000 entries of 75 KB)
+MOST_BYTES_TOGETHER = 64 * 1024 * 1024
+
+
+def _by_size(puts: list[SlotPut]) -> list[list[SlotPut]]:
+    """``puts`` in order, cut into runs whose entries come to at most :data:`MOST_BYTES_TOGETHER`.
+
+    A stored entry (msgpack or JSON) is its bytes; a native one is sized by
+    its msgpack encoding. A record's writes are never cut: a record holds at
+    most 8 MiB.
+    """
+    runs: list[list[SlotPut]] = [[]]
+    size = 0
+    for put in puts:
+        bytes_of_put = sum(_bytes_of(write) for write in put.writes)
+        if runs[-1] and size + bytes_of_put > MOST_BYTES_TOGETHER:
+            runs.append([])
+            size = 0
+        runs[-1].append(put)
+        size += bytes_of_put
+    return runs
+
+
+def _bytes_of(write: Operation) -> int:
+    """About how many bytes the entries of one slot write hold."""
+    if isinstance(write, ListSetRange):
+        slots = write.values
+    elif isinstance(write, ListSet):
+        slots = [write.value]
+    else:  # a whole record's slots
+        slots = write.value if isinstance(write, Write) and isinstance(write.value, list) else []
+    total = 0
+    for slot in slots:
+        value = slot[1] if isinstance(slot, list) and len(slot) > 1 else slot
+        total += len(value) if type(value) is bytes else len(pack(value))
+    return total
 
 
 def pairs(runs: Sequence[SlotRun]) -> list[tuple[int, int]]:
@@ -401,7 +441,8 @@ class Appender:
                 self._put_slots(put, published=True, repeat=repeat)
             return
         failures: list[errors.LargeQueueError] = []
-        for put, outcome in zip(puts, self._send(puts), strict=True):
+        outcomes = [outcome for together in _by_size(puts) for outcome in self._send(together)]
+        for put, outcome in zip(puts, outcomes, strict=True):
             try:
                 self._put_slots(put, published=True, repeat=repeat, outcome=outcome)
             except errors.LargeQueueError as exc:

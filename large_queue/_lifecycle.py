@@ -51,6 +51,13 @@ def positive_int(name: str, value: object) -> int:
     return value
 
 
+def flag(name: str, value: object) -> bool:
+    """``value`` if it is a bool, else ``InvalidArgumentError`` naming ``name`` (``"false"`` is truthy)."""
+    if type(value) is not bool:
+        raise errors.InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def seconds(name: str, value: object, *, most: float = 86400.0, zero: bool = False) -> float:
     """``value`` if it is a number of seconds, positive (or 0 with ``zero``) and at most ``most``.
 

@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import errors
 from large_queue._entries import check_entry
-from large_queue._lifecycle import positive_int, seconds
+from large_queue._lifecycle import flag, positive_int, seconds
 
 if TYPE_CHECKING:
     from large_queue.queue import Queue
@@ -216,7 +216,7 @@ class Producer:
         self.max_pending = positive_int("max_pending", max_pending)
         # a batch never waits for more entries than may be pending: it would linger its whole time
         self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity, self.max_pending)
-        self.overwrite_if_full = bool(overwrite_if_full)
+        self.overwrite_if_full = flag("overwrite_if_full", overwrite_if_full)
         self._entry_limit = queue.max_entry_bytes  # fixed for the queue handle's life
         self._encoding = queue.encoding
         # Sends append to the intake without a lock (a deque's append is atomic); everything else

@@ -41,7 +41,7 @@ from large_queue._entries import (
 )
 from large_queue._entries import Entry as Entry  # the entry a dequeue returns, at home here for users
 from large_queue._frozen import frozen
-from large_queue._lifecycle import positive_int, seconds
+from large_queue._lifecycle import flag, positive_int, seconds
 from large_queue._msgpack import unpack
 from large_queue._quick_take import QuickTakes
 from large_queue._read_ahead import ReadAhead
@@ -331,7 +331,8 @@ class Queue:
         idempotent: see :meth:`enqueue_batch`.
         """
         checked = check_entry(entry, self.max_entry_bytes, self.encoding)
-        return self._append_checked([checked], txn_id=txn_id, overwrite_if_full=overwrite_if_full).start
+        overwriting = flag("overwrite_if_full", overwrite_if_full)
+        return self._append_checked([checked], txn_id=txn_id, overwrite_if_full=overwriting).start
 
     def enqueue_batch(
         self, entries: Iterable[Any], *, txn_id: str | int | None = None, overwrite_if_full: bool = False
@@ -353,7 +354,8 @@ class Queue:
         or one that named a dequeue, is ``InvalidArgumentError``.
         """
         values = check_entries(entries, self.max_entry_bytes, self.encoding)
-        return self._append_checked(values, txn_id=txn_id, overwrite_if_full=overwrite_if_full)
+        overwriting = flag("overwrite_if_full", overwrite_if_full)
+        return self._append_checked(values, txn_id=txn_id, overwrite_if_full=overwriting)
 
     def _enqueue_as(self, entry: Any, holder: str | int, overwrite_if_full: bool) -> int:
         """An enqueue whose txn id names the lock holder only, as the reference API's does (no receipt)."""

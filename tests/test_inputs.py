@@ -357,6 +357,9 @@ def test_bad_call_arguments_are_library_errors_before_anything_is_written(store:
         ),  # sleep would overflow
         (lambda: LockPolicy(max_wait=1e300), "at most 86400"),
         (lambda: LockPolicy(acquire_timeout=math.nan), "LockPolicy"),
+        (lambda: queue.enqueue("x", overwrite_if_full="false"), "overwrite_if_full"),  # type: ignore[arg-type]
+        (lambda: queue.enqueue_batch(["x"], overwrite_if_full=1), "overwrite_if_full"),  # type: ignore[arg-type]
+        (lambda: queue.producer(overwrite_if_full="no"), "overwrite_if_full"),  # type: ignore[arg-type]
     ]:
         with pytest.raises(InvalidArgumentError, match=named):
             bad()

@@ -406,3 +406,15 @@ def test_the_ungrouped_consumer_after_the_last_group_goes_starts_where_the_group
     queue.enqueue_batch([4, 5])
     with queue.consumer("n1", on_data_loss="fail", **FAST) as consumer:  # DataLossError before
         assert [m.value for m in _receive_all(consumer, 2)] == [4, 5]
+
+
+def test_a_cursor_committed_past_the_tail_is_refused_and_the_queue_stays_whole(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)
+    queue.create_group("spark")
+    queue.enqueue_batch([1, 2])
+    with pytest.raises(InvalidArgumentError, match="tail is 2"):
+        _groups.commit_cursor(queue, "spark", 6)  # a stream's offset from another creation of the queue
+    _groups.commit_cursor(queue, "spark", 2)
+    info = queue.info()
+    assert (info.head_offset, info.tail_offset) == (2, 2)
+    assert queue.group("spark").acked_offset == 2

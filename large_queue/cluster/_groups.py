@@ -307,8 +307,16 @@ def commit_cursor(queue: Queue, name: str, offset: int) -> None:
     commits. Guarded on the store: no node owns the group (its nodes'
     deliveries are theirs to ack), and the cursor never moves back (a
     micro-batch committed again is a no-op). Then the queue's head follows
-    the groups.
+    the groups. An offset past the queue's tail (a stream's offsets from
+    another creation of the queue, say) is refused: nothing is written, since
+    acking offsets not yet written would skip the entries that come there.
     """
+    tail = queue.current_metadata().tail  # QueueNotFoundError if this handle's queue was made again
+    if offset > tail:
+        raise errors.InvalidArgumentError(
+            f"group {name!r} of queue {queue.name!r} cannot ack up to offset {offset}: the queue's tail is"
+            f" {tail} (offsets not written yet cannot be acked)"
+        )
     keys = queue.keys.group(name)
     guard = all_of(eq(StrBin(OWNER), ""), le(IntBin(CURSOR), offset))
     try:
@@ -346,6 +354,7 @@ def move_head(queue: Queue, txn_id: str, target: Callable[[LockGrant], int]) -> 
             with contextlib.suppress(errors.LargeQueueError):
                 queue.lock.release(grant)
             raise
+        head = min(head, grant.tail)  # never past the tail: the queue would read as damaged
         if head > grant.head:
             # a group's cursor may have been moved past offsets never published (a seek, say)
             queue.lock.commit(grant, head=head, skipped_to=head if queue.marked else None)

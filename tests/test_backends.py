@@ -466,3 +466,27 @@ def test_a_malformed_command_among_others_is_a_usage_error_and_none_of_them_is_a
         assert [r.bins for r in store.backend.batch_get([key, other])] == [{"a": 1}, {"a": 1}]  # type: ignore[union-attr]
     finally:
         store.backend.remove(other)
+
+
+def test_commands_at_the_edges_of_the_batch_calls_read_alike_on_every_store(
+    store: Store, key: RecordKey
+) -> None:
+    backend = store.backend
+    other = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    backend.put(key, {"n": 1})
+    backend.put(other, {"n": 1})
+    try:
+        backend.operate(key, [ListSet("fresh", 0, "a")])  # a list write makes its missing bin
+        assert backend.get(key).bins == {"n": 1, "fresh": ["a"]}  # type: ignore[union-attr]
+        with pytest.raises(errors.BackendUsageError):  # the read beside a command only reads
+            backend.operate_and_read(key, [Write("x", 1)], (other, [Write("n", 2)], None))
+        with pytest.raises(errors.BackendUsageError):  # no command without an operation
+            backend.operate_each([(other, [Write("n", 3)], None), (key, [], None)])
+        with pytest.raises(errors.BinNameError):
+            backend.batch_read([(key, [Read("b" * 16)])])
+        assert [r.bins for r in backend.batch_get([key, other])] == [  # type: ignore[union-attr]
+            {"n": 1, "fresh": ["a"]},
+            {"n": 1},
+        ]
+    finally:
+        backend.remove(other)

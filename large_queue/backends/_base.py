@@ -307,13 +307,17 @@ def check_reads(reads: Sequence[tuple[RecordKey, Sequence[Any] | None]]) -> None
     """``BackendUsageError`` unless each of a batch read's commands is read operations (or None: all bins)."""
     for key, operations in reads:
         if operations is not None and not all(isinstance(op, READ_OPERATIONS) for op in operations):
-            raise misuse(key, TypeError(f"batch_read takes read operations only, got {list(operations)!r}"))
+            raise misuse(key, TypeError(f"a read takes read operations only, got {list(operations)!r}"))
+        if operations is not None:
+            check_bin_names(op.bin for op in operations)
 
 
 def check_commands(commands: Iterable[tuple[RecordKey, Sequence[Any]]]) -> None:
     """``BackendUsageError`` naming the record if a command holds something that is no operation,
     or a bin name no store takes: checked before any command is sent."""
     for key, operations in commands:
+        if not operations:  # Aerospike takes no command without an operation
+            raise misuse(key, ValueError("a command needs at least one operation"))
         for op in operations:
             if not isinstance(op, OPERATIONS):
                 raise misuse(key, TypeError(f"not an operation: {op!r}"))
@@ -431,6 +435,7 @@ class Backend(ABC):
         """
         read_key, read_operations, read_condition = read
         check_commands([(key, operations), (read_key, read_operations)])
+        check_reads([(read_key, read_operations)])
         result = self.operate(key, operations, condition=condition)
         try:
             other: dict[str, Any] | None = self.operate(read_key, read_operations, condition=read_condition)

@@ -77,14 +77,14 @@ def apply(
                 current + op.by + _INT64_SPAN // 2
             ) % _INT64_SPAN - _INT64_SPAN // 2  # wraps, as Aerospike
         elif isinstance(op, ListSet):
-            target = _list_bin(key, bins, op.bin)
+            target = _list_bin(key, bins, op.bin, create=True)
             _within(key, op.bin, op.index, target)
             if op.index == len(target):  # as Aerospike's bounded list set: the next index appends
                 target.append(op.value)
             else:
                 target[op.index] = op.value
         elif isinstance(op, ListSetRange):
-            target = _list_bin(key, bins, op.bin)
+            target = _list_bin(key, bins, op.bin, create=True)
             _within(key, op.bin, op.index, target)
             target[op.index : op.index + len(op.values)] = op.values  # past the end: the list grows
         elif isinstance(op, ListGetRange):
@@ -141,8 +141,11 @@ def _within(key: RecordKey, name: str, index: int, target: list[Any]) -> None:
         )
 
 
-def _list_bin(key: RecordKey, bins: dict[str, Any], name: str) -> list[Any]:
+def _list_bin(key: RecordKey, bins: dict[str, Any], name: str, *, create: bool = False) -> list[Any]:
+    """The list in bin ``name``; ``create``: a missing bin is a new empty list (as a list write makes it)."""
     value = bins.get(name)
+    if value is None and create:
+        value = bins[name] = []
     if not isinstance(value, list):
         raise fail(errors.BinTypeError, f"bin {name!r} of {key.user_key} is not a list")
     return value

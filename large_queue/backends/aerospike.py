@@ -500,6 +500,7 @@ class AerospikeBackend(Backend):
     ) -> Callable[[], Any]:
         read_key, read_operations, read_condition = read
         check_commands([(key, operations), (read_key, read_operations)])
+        check_reads([(read_key, read_operations)])
         written = self._batch_write(key, operations, condition)
         try:
             read_policy = (

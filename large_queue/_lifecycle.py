@@ -267,14 +267,28 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
 
 
 def remove_ownership(backend: Backend, keys: rec.OwnerKeys) -> None:
-    """Remove one cursor's ownership records: its nodes' heartbeats, its node list, its owner record."""
+    """Remove one cursor's ownership records: its owner record, its node list, its nodes' heartbeats.
+
+    The owner record goes first. A node's heartbeat that finds its own
+    record gone reads the owner record, and joins again where it is there
+    (a group made anew): the timeline it must not meet is
+
+        t=0  a delete removes node n's record and the node list.
+        t=1  n's heartbeat finds its record gone, finds the owner record
+             (not removed yet) and joins: its record and the list are back.
+        t=2  the delete removes the owner record: the two outlive the group.
+
+    With the owner record gone first, such a heartbeat finds it gone and
+    writes nothing; one that lands before the node records go is undone
+    when they go.
+    """
     nodes = backend.get(keys.nodes)
     node_ids = nodes.bins.get(rec.NODES) if nodes is not None else None
+    backend.remove(keys.owner)
+    backend.remove(keys.nodes)
     for node_id in node_ids if isinstance(node_ids, list) else []:
         if isinstance(node_id, str):
             backend.remove(keys.node(node_id))
-    backend.remove(keys.nodes)
-    backend.remove(keys.owner)
 
 
 def _existing_buffers(metadata: dict[str, Any], name: str, namespace: str) -> Iterator[RecordKey]:

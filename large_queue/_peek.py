@@ -14,9 +14,10 @@ move, no hole closed. What it sees is what ``get`` would see of each offset:
   head it read, where consumers have taken the entries already.
 
 A peek is not a snapshot: a consumer may take, or an overwriting producer
-drop, entries while it reads. Each entry it gives was in the queue at the
-moment its slot was read, and a later peek from the offset after the last
-entry goes on where this one stopped.
+drop, entries while it reads. Each entry it gives was in the queue when it
+read the metadata record (as ``get`` does, it may give an entry a consumer
+took since), and a later peek from the offset after the last entry goes on
+where this one stopped.
 """
 
 from __future__ import annotations

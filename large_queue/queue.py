@@ -360,9 +360,8 @@ class Queue:
     def _enqueue_as(self, entry: Any, holder: str | int, overwrite_if_full: bool) -> int:
         """An enqueue whose txn id names the lock holder only, as the reference API's does (no receipt)."""
         values = [check_entry(entry, self.max_entry_bytes, self.encoding)]
-        return self._append_checked(
-            values, txn_id=holder, overwrite_if_full=overwrite_if_full, receipt=False
-        ).start
+        overwriting = flag("overwrite_if_full", overwrite_if_full)
+        return self._append_checked(values, txn_id=holder, overwrite_if_full=overwriting, receipt=False).start
 
     def _dequeue_as(self, holder: str | int) -> Entry | None:
         """A dequeue whose txn id names the lock holder only, as the reference API's does (no receipt)."""

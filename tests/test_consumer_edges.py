@@ -288,3 +288,29 @@ def test_a_nack_error_no_letter_could_hold_is_refused_and_a_long_one_is_cut(stor
             message.nack(error="bad \ud800")
         message.nack(error="e" * 5000)
         assert len(consumer.deliveries.last_error[message.offset]) == 1000
+
+
+@pytest.mark.parametrize("deleting", ["group", "queue"])
+def test_a_slow_delete_racing_a_consumers_heartbeats_leaves_none_of_the_groups_records(
+    store: Store, monkeypatch: pytest.MonkeyPatch, deleting: str
+) -> None:
+    queue = store.new_queue()
+    queue.create_group("g")
+    keys = queue.keys.group("g")
+    with queue.consumer("n1", group="g", **FAST):
+        time.sleep(0.2)  # joined and ticking
+        removing = store.backend.remove
+
+        def slowly(key: Any) -> bool:  # the consumer's heartbeats land between every two removals
+            removed = removing(key)
+            time.sleep(0.2)
+            return removed
+
+        monkeypatch.setattr(store.backend, "remove", slowly)
+        if deleting == "group":
+            assert queue.delete_group("g")
+        else:
+            assert Queue.delete(store.backend, queue.name)
+        monkeypatch.undo()
+        time.sleep(0.3)  # more heartbeats
+    assert [store.backend.get(key) for key in (keys.owner, keys.nodes, keys.node("n1"))] == [None] * 3

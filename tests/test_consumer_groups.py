@@ -418,3 +418,16 @@ def test_a_cursor_committed_past_the_tail_is_refused_and_the_queue_stays_whole(s
     info = queue.info()
     assert (info.head_offset, info.tail_offset) == (2, 2)
     assert queue.group("spark").acked_offset == 2
+
+
+def test_entries_in_flight_to_a_dead_ungrouped_consumer_survive_a_group_made_and_deleted(
+    store: Store,
+) -> None:
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    queue.enqueue_batch(["a", "b", "c", "d", "e"])
+    with queue.consumer("u1", **FAST) as consumer:
+        assert len(_receive_all(consumer, 3)) == 3  # then it dies, acking nothing
+    queue.create_group("g")
+    assert queue.delete_group("g")  # nobody consumed as g
+    with queue.consumer("u2", on_data_loss="fail", **FAST) as consumer:
+        assert sorted(m.value for m in _receive_all(consumer, 5)) == ["a", "b", "c", "d", "e"]

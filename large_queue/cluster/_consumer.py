@@ -697,7 +697,9 @@ class Consumer:
         once and is logged once, not at every poll; every ``receive`` from
         then on raises it (``QueueNotFoundError``, ``GroupNotFoundError``),
         so a loop over the consumer ends instead of waiting for ever, until
-        a tick finds the queue again.
+        a tick finds it again (a group made anew; a queue made anew is
+        another queue to this consumer's handle: open it and make a new
+        consumer).
         """
         while not self._closed.wait(self.poll_interval):
             try:

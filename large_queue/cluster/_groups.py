@@ -198,15 +198,20 @@ def _restart_ungrouped_cursor(queue: Queue, head: int) -> None:
     The groups consumed what lies below it: left behind, that cursor would
     make the next ungrouped consumer count those entries as lost (and raise
     ``DataLossError`` with ``on_data_loss="fail"``). Its in-flight entries
-    went the same way, and its epoch moves on so that an owner from before
-    the groups stays fenced. Done under the queue lock, before the commit
-    that unlists the last group.
+    below the head went the same way; those at or above it (delivered to an
+    ungrouped consumer that died, the groups having taken nothing) stay, to
+    be delivered again. Its epoch moves on, so that an owner from before the
+    groups is fenced and its unacked entries go to the next. Done under the
+    queue lock, before the commit that unlists the last group.
     """
     key = queue.keys.group(None).owner
     while True:
         record = queue.backend.get(key)
         if record is None:
             return
+        inflight = record.bins.get(INFLIGHT)
+        if not isinstance(inflight, dict):
+            inflight = {}
         try:
             queue.backend.put(
                 key,
@@ -215,7 +220,7 @@ def _restart_ungrouped_cursor(queue: Queue, head: int) -> None:
                     INSTANCE: "",
                     EPOCH: record.bins.get(EPOCH, 0) + 1,
                     CURSOR: max(head, record.bins.get(CURSOR, 0)),
-                    INFLIGHT: {},
+                    INFLIGHT: {o: n for o, n in inflight.items() if int(o) >= head},
                 },
                 mode=WriteMode.UPDATE_ONLY,
                 generation=record.generation,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from large_queue import ASAborted, LargeQueue, QueueFullError
+from large_queue import ASAborted, InvalidArgumentError, LargeQueue, QueueFullError
 from tests.fix_backends import Store
 
 
@@ -60,6 +60,8 @@ def test_reference_full_queue_and_overwrite(store: Store) -> None:
     assert len(refused) == 8  # capacity rounds up to 12
     assert refused[0].reason == "Queue is full" and isinstance(refused[0], QueueFullError)
     assert "free slots" in refused[0].detail  # type: ignore[attr-defined]
+    with pytest.raises(InvalidArgumentError, match="overwrite_if_full"):  # "false" is truthy: refused
+        test_queue.enqueue(20, 111, "false")
     for i in range(20):
         test_queue.enqueue(i, 111, True)
     info = test_queue.get_queue_info()

@@ -68,8 +68,9 @@ log = logging.getLogger("large_queue")
 GUESSES_PAUSED_AFTER_A_MISS = 16
 
 
-#: offsets past a hole at the head whose hole clocks start with its own (see HoleWatch.note)
-_NOTED_BEHIND_A_HOLE = 10_000
+#: offsets past a hole at the head whose hole clocks start with its own (see HoleWatch.note): a
+#: producer object's largest batch (2,000), noted at each dequeue that meets the hole
+_NOTED_BEHIND_A_HOLE = 2_048
 
 
 def now(

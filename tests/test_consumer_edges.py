@@ -105,6 +105,9 @@ def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
         ({"time_slice": None}, "time_slice"),
         ({"visibility_timeout": "30"}, "visibility_timeout"),
         ({"max_poll_interval": True}, "max_poll_interval"),
+        ({"max_poll_interval": 1e-9}, "max_poll_interval"),
+        ({"poll_interval": 1e-7}, "poll_interval"),
+        ({"timeout": 1e-4}, "timeout"),
         ({"dead_letter": "dead", "max_deliveries": 2}, "dead_letter"),
     ],
 )
@@ -229,6 +232,31 @@ def test_a_lone_owner_holding_a_message_starts_a_new_slice_at_once(store: Store)
             assert [m.value for m in got] == [value]
             consumer.ack(got)
         assert max(waits) < 1.0, waits  # not half the timeout (3 s) at each slice's end
+
+
+def test_a_node_with_a_short_timeout_never_takes_the_queue_from_a_live_owner_with_a_longer_one(
+    store: Store,
+) -> None:
+    queue = store.new_queue(capacity=60)
+    events: list[OwnershipEvent] = []
+    patient = queue.consumer("a", time_slice=60.0, timeout=20.0, poll_interval=0.05).start()
+    try:
+        assert patient.owning  # it rewrites the owner record every 5 s (a quarter of its timeout)
+        hasty = queue.consumer("b", time_slice=60.0, timeout=1.0, poll_interval=0.05, on_event=events.append)
+        with hasty:
+            store.advance(3)  # the owner record silent for 3 s: past b's timeout, well within a's
+            time.sleep(0.5)  # b's watcher looks a few times
+            assert patient.owning and not hasty.owning and events == []
+            info = ownership_info(queue)
+            assert info.owner == "a"
+            assert {node.node_id: node.timeout_ms for node in info.nodes} == {"a": 20_000, "b": 1_000}
+            patient.close()  # a hands over at once: b, the next interested node, takes it
+            deadline = time.monotonic() + 5
+            while not hasty.owning and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert hasty.owning and [event.kind for event in events] == ["take"]
+    finally:
+        patient.close()
 
 
 def test_a_dead_letter_move_that_keeps_failing_backs_off_and_blocks_nothing(

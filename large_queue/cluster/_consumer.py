@@ -50,6 +50,8 @@ from large_queue.queue import Entry, Queue
 _new_object = object.__new__
 #: the longest wait, delay or visibility timeout a consumer takes (seconds): ten years
 _LONGEST = _retention.MAX_AGE_LIMIT
+#: the shortest timeout and poll interval a consumer takes (seconds)
+_SHORTEST = 0.001
 #: pauses (seconds) before a failed move to the dead-letter queue is tried again: doubling, up to the most
 _MOVE_PAUSE_FIRST = 0.5
 _MOVE_PAUSE_MOST = 60.0
@@ -71,7 +73,8 @@ class Consumer:
                 handle(message.value)
                 message.ack()
 
-    ``timeout`` is how long a silent node (or owner) counts as alive;
+    ``timeout`` is how long this node, silent, counts as alive (others
+    judge it by the timeout it states, not by theirs);
     ``time_slice`` how long an owner keeps the queue while other nodes wait;
     ``max_in_flight`` bounds delivered, unacked entries.
 
@@ -104,7 +107,17 @@ class Consumer:
         time_slice = checked_seconds("time_slice", time_slice, most=_LONGEST)
         timeout = checked_seconds("timeout", timeout, most=_LONGEST)
         max_poll_interval = checked_seconds("max_poll_interval", max_poll_interval)
-        if poll_interval is not None and checked_seconds("poll_interval", poll_interval) > timeout / 2:
+        for name, value in (
+            ("timeout", timeout),
+            ("max_poll_interval", max_poll_interval),
+            ("poll_interval", poll_interval),
+        ):
+            if value is not None and checked_seconds(name, value) < _SHORTEST:
+                raise errors.InvalidArgumentError(
+                    f"{name} must be at least {_SHORTEST:g} s, got {value!r}: shorter, the consumer's"
+                    " watcher or its waits would spin, writing to the store without pause"
+                )
+        if poll_interval is not None and poll_interval > timeout / 2:
             raise errors.InvalidArgumentError(
                 f"poll_interval must be at most half the timeout ({timeout / 2:g} s), got {poll_interval!r}:"
                 " the owner proves it is alive once a poll, and other nodes take the queue from an owner"
@@ -146,7 +159,7 @@ class Consumer:
         self._idle = IdlePoller(max_poll_interval)  # waiting receives poll an empty queue no faster than this
         self.time_slice = time_slice
         self.timeout = timeout
-        self.poll_interval = poll_interval or min(0.5, timeout / 5, time_slice / 4)
+        self.poll_interval = poll_interval or max(_SHORTEST, min(0.5, timeout / 5, time_slice / 4))
         self.max_in_flight = max_in_flight
         self._on_event = on_event
         self._capacity = queue.capacity
@@ -735,7 +748,7 @@ class Consumer:
                 # takes over from its old self at once) or when the holder has gone silent.
                 if self._owning:
                     self._lose()
-                silent = state.silent_ms > self.ownership.timeout_ms
+                silent = state.silent_ms > state.timeout_ms
                 if state.instance and not starting and not silent:
                     return
                 if state.instance and not silent:
@@ -768,7 +781,7 @@ class Consumer:
             if state.owner == "":
                 gone, after = False, state.last_owner
                 candidates = self.ownership.live_interested()
-            elif state.silent_ms > self.ownership.timeout_ms:
+            elif state.silent_ms > state.timeout_ms:
                 gone, after = True, state.owner
                 candidates = self.ownership.live_interested(excluding=state.owner)
             else:

@@ -68,7 +68,11 @@ class OwnershipInfo:
 
 
 def ownership_info(queue: Queue, *, timeout: float = 10.0) -> OwnershipInfo:
-    """The ownership state of ``queue`` (``QueueNotFoundError`` if no consumer ever joined)."""
+    """The ownership state of ``queue`` (``QueueNotFoundError`` if no consumer ever joined).
+
+    Each node is judged alive by the timeout it states; ``timeout`` judges
+    the nodes that state none (written by an earlier version).
+    """
     ownership = Ownership(queue, "info", timeout=timeout)
     state = ownership.read()
     return OwnershipInfo(

@@ -14,6 +14,23 @@ Records, in the queue's set and metadata namespace:
 - ``queue-node-<id>``: one per node, rewritten by its heartbeat, with
   ``interested`` (1 or 0). A node silent longer than the timeout is gone.
 
+Each node states its own ``timeout`` (``timeout_ms``) in its node record and,
+while it owns the queue, in the owner record: a node is judged gone only
+once it has been silent for longer than the timeout it stated, whatever
+timeout the judge was given. Nodes given different timeouts would otherwise
+take a queue from a live owner::
+
+    t=0    A (timeout 60 s) owns the queue; it rewrites the owner record
+           every 15 s (a quarter of its timeout).
+    t=6    B (timeout 5 s) reads the owner record, silent for 6 s. Judged
+           by B's own timeout A would be gone, and B would take the queue
+           and deliver A's unacked entries again while A still works on
+           them. Judged by the 60 s A stated, A is alive: B waits.
+    t=61   A has written nothing for 61 s (dead, or paused): B takes over.
+
+A record that states no timeout (written before nodes stated theirs, or an
+owner record handed over and not yet claimed) is judged by the judge's own.
+
 The failure story, as a timeline (timeout 10 s)::
 
     t=0    A owns the queue at epoch 4 and delivers offsets 100..109 (the
@@ -73,6 +90,9 @@ LAST_OWNER = "last_owner"
 CURSOR = "cursor"
 INFLIGHT = "inflight"
 SILENT_MS = "silent_ms"  # an expression result, not a stored bin
+TIMEOUT_MS = (
+    "timeout_ms"  # the writer's own timeout (ms), in its node record and, while it owns, the owner record
+)
 INTERESTED = "interested"
 LOST = "lost"  # groups: entries overwritten before the group acked them
 DEAD = "dead"  # groups: offset -> dead-letter queue offset reserved for it, while it is moved
@@ -96,6 +116,7 @@ class OwnerState:
     cursor: int
     inflight: dict[int, int]
     silent_ms: int
+    timeout_ms: int  #: the owner's stated timeout, else the reader's own: silent past it, the owner is gone
     lost: int = 0
     dead: dict[int, int] = field(default_factory=dict)
     dead_lettered: int = 0
@@ -109,6 +130,7 @@ class NodeState:
     interested: bool
     alive: bool
     silent_ms: int | None
+    timeout_ms: int | None = None  #: its stated timeout (None: it states none, or has no record)
 
 
 def acked_position(cursor: int, inflight: dict[int, int]) -> int:
@@ -199,7 +221,7 @@ class Ownership:
         without joining, the record would keep a node no one can hand the
         queue to, and outlive the group.
         """
-        bins = {"node": self.node_id, INTERESTED: int(interested)}
+        bins = {"node": self.node_id, INTERESTED: int(interested), TIMEOUT_MS: self.timeout_ms}
         if join:
             self.backend.put(self.node_key(self.node_id), bins)
             return
@@ -227,6 +249,7 @@ class Ownership:
                     Read(LOST),
                     Read(DEAD),
                     Read(DEAD_LETTERED),
+                    Read(TIMEOUT_MS),
                     ReadSinceUpdate(SILENT_MS),
                 ],
             )
@@ -241,6 +264,7 @@ class Ownership:
             cursor=bins.get(CURSOR, 0),
             inflight={int(offset): int(count) for offset, count in inflight.items()},
             silent_ms=bins[SILENT_MS],
+            timeout_ms=_stated(bins) or self.timeout_ms,
             lost=bins.get(LOST) or 0,
             dead={int(offset): int(at) for offset, at in (bins.get(DEAD) or {}).items()},
             dead_lettered=bins.get(DEAD_LETTERED) or 0,
@@ -268,18 +292,19 @@ class Ownership:
         for node_id in record.bins.get(NODES, []) if record else []:
             try:
                 bins = self.backend.operate(
-                    self.node_key(node_id), [Read(INTERESTED), ReadSinceUpdate(SILENT_MS)]
+                    self.node_key(node_id), [Read(INTERESTED), Read(TIMEOUT_MS), ReadSinceUpdate(SILENT_MS)]
                 )
             except errors.RecordNotFoundError:
                 states.append(NodeState(node_id=node_id, interested=False, alive=False, silent_ms=None))
                 continue
-            alive = bins[SILENT_MS] <= self.timeout_ms
+            stated = _stated(bins)
             states.append(
                 NodeState(
                     node_id=node_id,
                     interested=bins.get(INTERESTED) == 1,
-                    alive=alive,
+                    alive=bins[SILENT_MS] <= (stated or self.timeout_ms),
                     silent_ms=bins[SILENT_MS],
+                    timeout_ms=stated,
                 )
             )
         return states
@@ -291,10 +316,14 @@ class Ownership:
     # --- changing the owner -----------------------------------------------------------------
 
     def take(self, state: OwnerState, *, owner_gone: bool) -> int | None:
-        """Become owner if the record is still as read; the new epoch, or None if another won."""
+        """Become owner if the record is still as read; the new epoch, or None if another won.
+
+        ``owner_gone``: only if the owner is still silent past the timeout it
+        stated (read with ``state``: the epoch guard keeps it the same).
+        """
         guard: Condition = all_of(eq(StrBin(OWNER), state.owner), eq(IntBin(EPOCH), state.epoch))
         if owner_gone:
-            guard = all_of(guard, gt(SinceUpdateMs(), self.timeout_ms))
+            guard = all_of(guard, gt(SinceUpdateMs(), state.timeout_ms))
         epoch = state.epoch + 1
         try:
             self.backend.operate(
@@ -304,6 +333,7 @@ class Ownership:
                     Write(INSTANCE, self.instance),
                     Write(EPOCH, epoch),
                     Write(LAST_OWNER, state.owner or state.last_owner),
+                    Write(TIMEOUT_MS, self.timeout_ms),
                 ],
                 condition=guard,
             )
@@ -321,6 +351,7 @@ class Ownership:
                     Write(INSTANCE, ""),  # claimed by whichever consumer of node ``to`` comes first
                     Write(EPOCH, epoch + 1),
                     Write(LAST_OWNER, self.node_id),
+                    Write(TIMEOUT_MS, None),  # until ``to`` claims it and states its own
                 ],
                 condition=self._mine(epoch),
             )
@@ -381,3 +412,9 @@ class Ownership:
                 " nothing was delivered or acked",
                 queue=self.queue.name,
             ) from None
+
+
+def _stated(bins: dict[str, Any]) -> int | None:
+    """The timeout (ms) a record states; None where it states none (or not a positive int)."""
+    stated = bins.get(TIMEOUT_MS)
+    return stated if type(stated) is int and stated > 0 else None

@@ -95,7 +95,7 @@ def now(
         taken, again = once(queue, max_entries, txn, mine, within)
         if taken or not again:
             if counted:
-                queue.counters.add(dequeue_calls=1)
+                queue.counters.bump("dequeue_calls")
             return taken
 
 

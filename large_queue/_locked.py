@@ -142,11 +142,11 @@ def _retrying_timeouts(
     before the commit. Other errors are not retried.
     """
     for attempt in range(1, BUFFER_ATTEMPTS + 1):
-        queue.counters.add(commands=1)
+        queue.counters.bump("commands")
         try:
             return queue.backend.operate(key, operations, condition=guard)
         except errors.BackendTimeoutError:
             if attempt == BUFFER_ATTEMPTS:
                 raise
-            queue.counters.add(timeouts_repeated=1)
+            queue.counters.bump("timeouts_repeated")
     raise AssertionError("BUFFER_ATTEMPTS must be positive")

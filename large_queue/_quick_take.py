@@ -140,7 +140,7 @@ class QuickTakes:
         ]
 
         def unknown(cause: errors.BackendTimeoutError) -> errors.OutcomeUnknownError:
-            queue.counters.add(outcomes_unknown=1)
+            queue.counters.bump("outcomes_unknown")
             return errors.OutcomeUnknownError(
                 f"a dequeue from queue {queue.name!r} timed out and may or may not have been applied:"
                 " tried again, it found the head moved, by that attempt or by another consumer. Its"
@@ -161,7 +161,7 @@ class QuickTakes:
                 condition,
                 lost=lambda: _Refused("the quick take's guard did not hold"),
                 unknown=unknown,
-                sent=lambda: queue.counters.add(commands=1),
+                sent=lambda: queue.counters.bump("commands"),
             )
         except (_Refused, errors.RecordNotFoundError, errors.BackendTimeoutError):
             # someone took the lock or moved the head (or the store did not answer, and did not
@@ -189,7 +189,7 @@ def _read_ahead_from(queue: Queue, head: int, stop: int) -> list[Any] | None:
         (queue.keys.buffer(record), [ListGetRange(rec.SLOTS, shape.slot_of(run.start), len(run))])
         for record, (run,) in shape.runs(head, end).items()
     ]
-    queue.counters.add(commands=1)
+    queue.counters.bump("commands")
     try:
         found = queue.backend.batch_read(reads) if len(reads) > 1 else [_read(queue, *reads[0])]
     except errors.BackendError:  # a read that failed: the dequeue under the lock reads again

@@ -312,7 +312,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
             check_repeat(queue, receipt, ENQUEUE, count)
             state = CLOSED if receipt.closed else _reservation_state(queue, receipt)
             if state == ENTRY:
-                queue.counters.add(repeats_answered=1)
+                queue.counters.bump("repeats_answered")
                 return receipt.offsets
             if state == PENDING:
                 try:
@@ -330,7 +330,7 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                 replacing = receipt.offsets.start
                 continue
             if settled == ENTRY:  # published, and consumed since
-                queue.counters.add(repeats_answered=1)
+                queue.counters.bump("repeats_answered")
                 return receipt.offsets
             raise _reused(queue, receipt) from None
     raise errors.LockNotAcquiredError(
@@ -349,7 +349,7 @@ def _mark_closed(queue: Queue, txn_id: str, offsets: range) -> None:
     write fails the receipt keeps saying "reserved", which stays true.
     """
     put = queue.receipts.committed(txn_id, CLOSED_ENQUEUE, offsets)
-    queue.counters.add(commands=1)
+    queue.counters.bump("commands")
     try:
         queue.backend.operate(
             queue.keys.metadata, [put], condition=Receipts.still_names(txn_id, offsets.start)
@@ -386,7 +386,7 @@ def _after_reuse(queue: Queue, receipt: Receipt) -> str | None:
     overwriting producer or a group's head moved past it, a format-3 queue,
     or marks of its time may be gone).
     """
-    queue.counters.add(commands=1)
+    queue.counters.bump("commands")
     try:
         found = queue.backend.operate(
             queue.keys.metadata, [Read(rec.CLOSED_RUNS), Read(rec.SKIPPED_TO), READ_STORE_CLOCK]
@@ -432,7 +432,7 @@ def _reused(queue: Queue, receipt: Receipt) -> errors.OutcomeUnknownError:
 
 def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
     """See :meth:`large_queue.Queue.outcome`."""
-    queue.counters.add(commands=1)
+    queue.counters.bump("commands")
     try:
         found = queue.backend.operate(
             queue.keys.metadata,

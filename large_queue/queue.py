@@ -435,7 +435,7 @@ class Queue:
         receipt = _receipts.parse(self.name, grant.txn_id, grant.receipt)
         self.lock.release(grant)
         _receipts.check_repeat(self, receipt, operation, count)
-        self.counters.add(repeats_answered=1)
+        self.counters.bump("repeats_answered")
         return receipt
 
     def outcome(self, txn_id: str | int, *, within: float | None = None) -> _receipts.Outcome:
@@ -517,7 +517,7 @@ class Queue:
         if not timeout:
             return _dequeue.now(self, max_entries, txn, mine)
         taken = self._dequeue_waiting(max_entries, txn, mine, time.monotonic() + timeout)
-        self.counters.add(dequeue_calls=1)  # once, however many polls and passes it took
+        self.counters.bump("dequeue_calls")  # once, however many polls and passes it took
         return taken
 
     def _dequeue_waiting(self, max_entries: int, txn: str, mine: bool, deadline: float) -> list[Entry]:
@@ -641,7 +641,7 @@ class Queue:
             return found[0] if found and settled.end > offset else None
         record = self.shape.record_of(offset)
         slot_index = self.shape.slot_of(offset)
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         result = self.backend.operate(self.keys.buffer(record), [ListGetRange(rec.SLOTS, slot_index, 1)])
         slots = result.get(rec.SLOTS)
         if not isinstance(slots, list) or len(slots) != 1:
@@ -760,7 +760,7 @@ class Queue:
 
     def current_metadata(self) -> rec.Metadata:
         """The metadata record now; ``QueueNotFoundError`` if the queue is not the one this handle opened."""
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         metadata = self._read_metadata(self.backend, self.name, self.keys.metadata_namespace)
         if metadata.incarnation != self.incarnation:
             raise self.lock.replaced_error(created_again=True)

@@ -335,7 +335,7 @@ class Appender:
                 guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
             send = functools.partial(self.backend.operate, self.keys.metadata, operations, condition=guard)
         for attempt in range(1, ATTEMPTS + 1):
-            self.counters.add(commands=1)
+            self.counters.bump("commands")
             try:
                 result = send()
             except errors.BackendTimeoutError:
@@ -343,13 +343,13 @@ class Appender:
                 # nobody publishes is a hole that readers close.
                 if attempt == ATTEMPTS:
                     raise
-                self.counters.add(timeouts_repeated=1)
+                self.counters.bump("timeouts_repeated")
                 continue
             except errors.ConditionNotMetError:
                 raise self._refusal(count, receipt) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
-            self.counters.add(reservations=1)
+            self.counters.bump("reservations")
             tail: int = result[rec.TAIL]
             return tail - count, result[STORE_CLOCK]
         raise AssertionError("ATTEMPTS must be positive")
@@ -375,7 +375,7 @@ class Appender:
 
     def _metadata(self) -> Record | errors.QueueNotFoundError:
         """The metadata record (one command), or the error if the queue opened is not there any more."""
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         record = self.backend.get(self.keys.metadata)
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
             return replaced_error(self.keys.name, created_again=record is not None)
@@ -383,7 +383,7 @@ class Appender:
 
     def store_now(self) -> int:
         """The store's clock (ms), read by one command on the metadata record."""
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         found = self.backend.operate(self.keys.metadata, [READ_STORE_CLOCK])
         now_ms: int = found[STORE_CLOCK]
         return now_ms
@@ -472,7 +472,7 @@ class Appender:
         writes = [slot_writes(first_slot, [tombstone(o) for o in run], self.shape.slots_per_record)]
         put = SlotPut(self.shape.record_of(start), writes, [SlotRun(first_slot, len(run), start)])
         self._put_slots(put, published=False)
-        self.counters.add(holes_closed=1)
+        self.counters.bump("holes_closed")
         self._mark_run(start, len(run), rec.CLOSED_RUN if self.marked else None)
 
     def _mark_run(self, start: int, count: int, state: str | None, *, required: bool = False) -> None:
@@ -489,7 +489,7 @@ class Appender:
         """
         if self.closed_mark is None:
             return
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         try:
             self.backend.operate(
                 self.keys.metadata,
@@ -506,7 +506,7 @@ class Appender:
 
         Each record's outcome: what it read, or the error that stopped it.
         """
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         commands = [
             (self.keys.buffer(put.record), put.writes, slots_below(self.incarnation, put.slots))
             for put in puts
@@ -543,7 +543,7 @@ class Appender:
                 if attempt == ATTEMPTS:
                     raise failure
                 timed_out = True
-                self.counters.add(timeouts_repeated=1)
+                self.counters.bump("timeouts_repeated")
             elif isinstance(failure, errors.ConditionNotMetError):
                 if not published:
                     raise failure
@@ -573,7 +573,7 @@ class Appender:
         """What the slots of ``(slot index, offset)`` pairs hold now, in their order (one command)."""
         low = min(index for index, _ in slots)
         high = max(index for index, _ in slots)
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         found = self.backend.operate(
             self.keys.buffer(record), [Read(rec.INCARNATION), ListGetRange(rec.SLOTS, low, high - low + 1)]
         )
@@ -609,7 +609,7 @@ class Appender:
             for slot, (_, offset) in zip(got, slots, strict=False)
         )
         if newer and timed_out:
-            self.counters.add(outcomes_unknown=1)
+            self.counters.bump("outcomes_unknown")
             return errors.OutcomeUnknownError(
                 f"a publish to queue {self.keys.name!r} timed out, and its slots now hold a later lap's"
                 " entries: it may have been applied (and its entries consumed since) or not",
@@ -618,7 +618,7 @@ class Appender:
                 detail=f"offsets {slots[0][1]}..{slots[-1][1]} in buffer record {record}",
                 offsets=range(slots[0][1], slots[-1][1] + 1),
             )
-        self.counters.add(reservations_closed=1)
+        self.counters.bump("reservations_closed")
         why = (
             "overwriting producers had already reused its slots"
             if newer

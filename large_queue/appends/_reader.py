@@ -57,7 +57,7 @@ class PrefixReader:
     def fetch(self, offset: int) -> Any:
         """The slot of ``offset``, read alone (one command)."""
         record = self.shape.record_of(offset)
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         try:
             found = self.backend.operate(
                 self.keys.buffer(record), [ListGetRange(rec.SLOTS, self.shape.slot_of(offset), 1)]
@@ -97,7 +97,7 @@ class PrefixReader:
                 )
                 for run in part
             ]
-            self.counters.add(commands=1)
+            self.counters.bump("commands")
             try:
                 answers = self.backend.batch_read(reads)
             except errors.CorruptRecordError:
@@ -111,7 +111,7 @@ class PrefixReader:
 
     def _read_alone(self, key: RecordKey, operations: list[Operation] | None) -> dict[str, Any] | None:
         """One record of a batch that could not be read, read alone: ``CorruptQueueError`` names it."""
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         try:
             return self.backend.operate(key, operations or [])
         except errors.RecordNotFoundError:
@@ -191,7 +191,7 @@ class PrefixReader:
                 holed = settled
                 break
         if end - published >= self.shape.slots_per_record:
-            self.counters.add(commands=1)
+            self.counters.bump("commands")
             with contextlib.suppress(errors.LargeQueueError):  # a hint: the next reader settles a little more
                 self.backend.operate(
                     self.keys.metadata,

@@ -286,7 +286,7 @@ class QueueLock:
         sent with the acquire where the store does that in one round trip
         (:meth:`Backend.operate_and_read`); what it saw is the grant's ``beside``.
         """
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         # the owner evaluated is the one replaced
         operations: list[Operation] = [_READ_PREVIOUS_OWNER, Write(LOCK_OWNER, txn_id), *self._take_and_read]
         condition: Condition = self._free_or_expired
@@ -303,7 +303,7 @@ class QueueLock:
             else:
                 state = self.backend.operate(self.keys.metadata, operations, condition=condition)
         except errors.ConditionNotMetError:
-            self.counters.add(lock_waits=1)
+            self.counters.bump("lock_waits")
             raise _Busy() from None
         except errors.BackendTimeoutError as exc:
             if not exc.in_doubt:
@@ -346,7 +346,7 @@ class QueueLock:
         Otherwise it was not applied, or it was and the lock has since been
         broken; either way this txn holds nothing and may simply try again.
         """
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         try:
             state = self.backend.operate(
                 self.keys.metadata,
@@ -453,7 +453,7 @@ class QueueLock:
                 self.held_by(grant, self.incarnation if same_queue else None),
                 lost=lambda: self.replaced() or self._lost(grant, what),
                 unknown=lambda cause: self._unknown(grant, what, known, cause, count_unknown),
-                sent=lambda: self.counters.add(commands=1),
+                sent=lambda: self.counters.bump("commands"),
             )
         except errors.RecordNotFoundError:  # deleted meanwhile, by another process
             raise errors.QueueNotFoundError(
@@ -463,7 +463,7 @@ class QueueLock:
             ) from None
 
     def _lost(self, grant: LockGrant, what: str) -> errors.LockLostError:
-        self.counters.add(locks_lost=1)
+        self.counters.bump("locks_lost")
         return errors.LockLostError(
             f"lock of queue {self.keys.name!r} was lost by txn {grant.txn_id!r}"
             f" (token {grant.token}) before {what}: it expired and was broken;"
@@ -481,7 +481,7 @@ class QueueLock:
         counted: bool = True,
     ) -> errors.OutcomeUnknownError:
         if counted:
-            self.counters.add(outcomes_unknown=1)
+            self.counters.bump("outcomes_unknown")
         return errors.OutcomeUnknownError(
             f"{what} for txn {grant.txn_id!r} on queue {self.keys.name!r} timed out and may or may not"
             f" have been applied; it was not repeated blindly. {RECOVERY}",
@@ -544,7 +544,7 @@ class QueueLock:
             self._guarded(grant, operations, "the commit", known, count_unknown=False)
         except errors.OutcomeUnknownError:
             if not self._left_receipt(grant.txn_id):
-                self.counters.add(outcomes_unknown=1)
+                self.counters.bump("outcomes_unknown")
                 raise
 
     def _left_receipt(self, txn_id: str) -> bool:
@@ -554,7 +554,7 @@ class QueueLock:
         this commit. None found leaves the outcome unknown: the commit may
         still arrive (it would be refused once the lock is taken again).
         """
-        self.counters.add(commands=1)
+        self.counters.bump("commands")
         try:
             found = self.backend.operate(self.keys.metadata, [MapGet(RECEIPTS, txn_id)])
         except errors.LargeQueueError:

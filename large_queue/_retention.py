@@ -1,4 +1,9 @@
-"""Retention by age: entries older than the queue's ``max_age`` leave from the head.
+"""Retention: entries that leave from the head without being dequeued, by age or all at once.
+
+:func:`purge` drops every entry at once (SQS's PurgeQueue, Redis's
+``XTRIM MAXLEN 0``): the head moves to the tail in one commit under the
+lock. The rest of this module is retention by age: entries older than the
+queue's ``max_age`` leave from the head.
 
 A queue created with ``max_age`` keeps an entry at most that long after it
 was enqueued, judged by one clock, the store's, at both ends: an entry's
@@ -67,6 +72,8 @@ log = logging.getLogger("large_queue")
 
 #: what names the lock holder of an operation that only drops expired entries (with a unique id)
 EXPIRE_TXN = "expire"
+#: ... and of a purge
+PURGE_TXN = "purge"
 #: longest ``max_age`` (seconds): ten years
 MAX_AGE_LIMIT = 10 * 365 * 86400
 
@@ -130,6 +137,43 @@ def drop_expired(queue: Queue) -> range:
         )
     report(queue, new_head - grant.head)
     return range(grant.head, new_head)
+
+
+def purge(queue: Queue) -> range:
+    """Move the head to the tail: every entry leaves at once; return the offsets dropped.
+
+    The lock's acquire and its commit (two round trips), whatever the queue
+    holds. Where producers append without the lock, the tail is where they
+    have reserved to, so an enqueue in flight when the purge commits (its
+    offsets reserved, not yet published) is dropped with the rest: its
+    producer is told it succeeded, as it would be had it published a moment
+    before the purge. The timeline::
+
+        t=0  P reserves offset 10 (the tail becomes 11) and pauses.
+        t=1  The purge takes the lock, reads head 3 and tail 11, and
+             commits head 11: offsets 3..10 are dropped.
+        t=2  P publishes offset 10: its slot held an older lap's offset, so
+             the guard accepts it, and P's enqueue returns 10. No reader
+             ever sees it: it is below the head, purged with the rest.
+
+    Consumer groups and the cluster shim see the offsets dropped below their
+    cursors as lost (``on_data_loss``), as for expired entries; offset reads
+    of them return None from then on. An enqueue that commits after the
+    purge is kept.
+    """
+    with queue.lock.holding(internal(PURGE_TXN)) as grant:
+        if grant.tail <= grant.head:
+            queue.lock.release(grant)
+            return range(grant.head, grant.head)
+        queue.lock.commit(
+            grant,
+            head=grant.tail,
+            published=grant.tail if queue.reserved else None,
+            skipped_to=grant.tail if queue.marked else None,
+        )
+    queue.counters.add(entries_purged=grant.tail - grant.head)
+    log.info("queue %r: %d entries purged", queue.name, grant.tail - grant.head)
+    return range(grant.head, grant.tail)
 
 
 def _short_of_pending(queue: Queue, head: int, end: int) -> int:

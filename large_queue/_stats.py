@@ -30,6 +30,7 @@ class QueueStats:
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
     entries_overwritten: int = 0  #: entries found overwritten before they were dequeued (overwrite mode)
     entries_expired: int = 0  #: entries dropped from the head for being older than the queue's max_age
+    entries_purged: int = 0  #: entries this handle's purges dropped
     reservations: int = 0  #: offsets ranges reserved by appends without the lock (format 3)
     holes_closed: int = 0  #: unpublished reservations this handle closed after the hole timeout
     reservations_closed: int = 0  #: appends refused because a reader had closed their reservation

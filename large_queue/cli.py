@@ -10,6 +10,7 @@ Examples::
     large-queue get events 0
     large-queue peek events --from 100 --count 20
     large-queue expire events
+    large-queue purge events
     large-queue demo
     large-queue bench
     large-queue torture --duration 60
@@ -257,6 +258,7 @@ def _parser() -> argparse.ArgumentParser:
         ("stats", "show a queue's backlog and its consumers' lag, as stored (counters live in each process)"),
         ("dequeue", "remove and print the head entry"),
         ("expire", "drop the entries older than the queue's max-age from the head now"),
+        ("purge", "drop every entry of a queue now (the queue stays)"),
         ("delete", "delete a queue and its records"),
     ]:
         command(name, text).add_argument("queue", help="queue name")
@@ -467,8 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print(_stored_stats(queue))
             elif args.command == "dequeue":
                 _print(_entry(_dequeue(queue)))
-            elif args.command == "expire":
-                dropped = queue.expire()
+            elif args.command in ("expire", "purge"):
+                dropped = queue.expire() if args.command == "expire" else queue.purge()
                 _print({"dropped": len(dropped), "offsets": [dropped.start, dropped.stop] if dropped else []})
             elif args.command == "get":
                 _print(_entry(queue.get(args.offset)))

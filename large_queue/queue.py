@@ -697,6 +697,17 @@ class Queue:
         """
         return _retention.drop_expired(self)
 
+    def purge(self) -> range:
+        """Drop every entry now: the head moves to the tail; return the offsets dropped.
+
+        Takes the lock: two round trips. An enqueue still in flight when it
+        commits (reserved, not yet published) is dropped too; one that
+        commits after it is kept. Consumer groups and the cluster shim count
+        the dropped offsets they had not acked as lost. See
+        :func:`large_queue._retention.purge`.
+        """
+        return _retention.purge(self)
+
     def info(self) -> QueueInfo:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
 

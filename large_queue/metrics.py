@@ -58,6 +58,7 @@ def _description(name: str) -> str:
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
         "entries_overwritten": "Entries found overwritten before they were dequeued",
         "entries_expired": "Entries dropped from the head for being older than the queue's max_age",
+        "entries_purged": "Entries dropped by this handle's purges",
     }
     return doc.get(name, name.replace("_", " ").capitalize())
 

@@ -16,6 +16,7 @@ import pytest
 
 from large_queue import Queue, errors
 from large_queue.backends import (
+    Compute,
     Evaluate,
     Increment,
     ListGetRange,
@@ -39,6 +40,7 @@ from large_queue.backends.conditions import (
     NowMs,
     Param,
     SinceUpdateMs,
+    add,
     all_of,
     any_of,
     eq,
@@ -490,3 +492,25 @@ def test_commands_at_the_edges_of_the_batch_calls_read_alike_on_every_store(
         ]
     finally:
         backend.remove(other)
+
+
+def test_a_read_sees_the_bin_as_it_was_before_the_list_write_after_it(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"l": [1, 2, 3]})
+    assert store.backend.operate(key, [Read("l"), ListSet("l", 0, 7), Read("l")]) == {"l": [7, 2, 3]}
+    assert store.backend.operate(key, [Read("l"), ListSet("l", 1, 8)]) == {"l": [7, 2, 3]}
+    assert store.backend.get(key).bins == {"l": [7, 8, 3]}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [ListSetRange("l", 0, [9]), Compute("n", add(IntBin("n"), 1))],
+    ids=["ListSetRange", "Compute"],
+)
+def test_a_bin_read_and_then_written_where_aerospike_would_lose_the_read_is_refused(
+    store: Store, key: RecordKey, write: Any
+) -> None:
+    store.backend.put(key, {"l": [1, 2, 3], "n": 5})
+    with pytest.raises(errors.BackendUsageError, match="read and then written"):
+        store.backend.operate(key, [Increment("n", 1), Read(write.bin), write])
+    assert store.backend.get(key).bins == {"l": [1, 2, 3], "n": 5}  # type: ignore[union-attr]
+    assert store.backend.operate(key, [write, Read(write.bin)])  # read after it: taken, and read back

@@ -22,6 +22,7 @@ from aerospike_helpers.operations import expression_operations, map_operations
 
 from large_queue.backends import conditions as c
 from large_queue.backends._base import (
+    OVERWRITING_READS,
     Compute,
     Evaluate,
     Increment,
@@ -34,6 +35,7 @@ from large_queue.backends._base import (
     Read,
     ReadSinceUpdate,
     Write,
+    check_not_read_before,
 )
 
 # Compiled expressions are lists of (op, result type, fixed, children) tuples.
@@ -329,8 +331,10 @@ _EXPRESSION_BUILT: dict[int, tuple[Operation, dict[str, Any]]] = {}
 
 def _built(operations: Sequence[Operation]) -> list[dict[str, Any]]:
     built: list[dict[str, Any]] = []
-    for op in operations:
+    for index, op in enumerate(operations):
         kind = type(op)
+        if kind in OVERWRITING_READS and index:
+            check_not_read_before(operations, index)
         if kind in _EXPRESSION_OPERATIONS:
             found = _EXPRESSION_BUILT.get(id(op))
             if found is None or found[0] is not op:

@@ -303,6 +303,26 @@ OPERATIONS = (
 )
 
 
+#: writes whose result Aerospike returns under their bin's name in a read's place (a list's new
+#: size, an expression write's nil): a command that reads a bin and then writes it so is refused
+OVERWRITING_READS = (ListSetRange, Compute, LogPut)
+
+
+def check_not_read_before(operations: Sequence[Any], index: int) -> None:
+    """``TypeError`` (a malformed command) if an operation before ``operations[index]`` reads its bin.
+
+    For the writes of :data:`OVERWRITING_READS`: Aerospike would give back
+    the write's result instead of what the read saw, so neither store takes it.
+    """
+    name = operations[index].bin
+    for op in operations[:index]:
+        if type(op) in READ_OPERATIONS and op.bin == name:
+            raise TypeError(
+                f"bin {name!r} is read and then written by {type(operations[index]).__name__} in one command:"
+                " the read's result would be lost on Aerospike; read it in another command"
+            )
+
+
 def check_reads(reads: Sequence[tuple[RecordKey, Sequence[Any] | None]]) -> None:
     """``BackendUsageError`` unless each of a batch read's commands is read operations (or None: all bins)."""
     for key, operations in reads:

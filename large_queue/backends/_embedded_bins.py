@@ -30,6 +30,7 @@ from large_queue.backends._base import (
     ReadSinceUpdate,
     RecordKey,
     Write,
+    check_not_read_before,
 )
 from large_queue.backends.conditions import UNKNOWN, Clock, value_of
 
@@ -60,7 +61,7 @@ def apply(
 ) -> dict[str, Any]:
     """Apply operations in order to ``bins`` (in place); return what the reads saw."""
     results: dict[str, Any] = {}
-    for op in operations:
+    for index, op in enumerate(operations):
         if isinstance(op, Read):
             if op.bin in bins:
                 results[op.bin] = bins[op.bin]
@@ -78,12 +79,15 @@ def apply(
             ) % _INT64_SPAN - _INT64_SPAN // 2  # wraps, as Aerospike
         elif isinstance(op, ListSet):
             target = _list_bin(key, bins, op.bin, create=True)
+            if results.get(op.bin) is target:  # read before: the read keeps what it saw
+                target = bins[op.bin] = list(target)
             _within(key, op.bin, op.index, target)
             if op.index == len(target):  # as Aerospike's bounded list set: the next index appends
                 target.append(op.value)
             else:
                 target[op.index] = op.value
         elif isinstance(op, ListSetRange):
+            check_not_read_before(operations, index)
             target = _list_bin(key, bins, op.bin, create=True)
             _within(key, op.bin, op.index, target)
             target[op.index : op.index + len(op.values)] = op.values  # past the end: the list grows
@@ -101,8 +105,10 @@ def apply(
             if type(found) is dict and op.key in found:
                 results[op.bin] = found[op.key]
         elif isinstance(op, LogPut):
+            check_not_read_before(operations, index)
             bins[op.bin] = _log_put(key, bins, op, clock)
         elif isinstance(op, Compute):
+            check_not_read_before(operations, index)
             value = value_of(op.expression, bins, clock, op.values)
             if type(value) is not int:  # Aerospike fails the command when an expression write is unknown
                 raise fail(errors.BinTypeError, f"expression for bin {op.bin!r} of {key.user_key} is unknown")

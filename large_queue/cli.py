@@ -9,6 +9,7 @@ Examples::
     large-queue check events [--repair]
     large-queue get events 0
     large-queue peek events --from 100 --count 20
+    large-queue groups events --seek billing --to 2026-11-27T09:00:00Z
     large-queue expire events
     large-queue purge events
     large-queue demo
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -268,6 +270,14 @@ def _parser() -> argparse.ArgumentParser:
     groups.add_argument("queue", help="queue name")
     groups.add_argument("--create", metavar="GROUP", help="create this group first (at the queue's head)")
     groups.add_argument("--delete", metavar="GROUP", help="delete this group first")
+    groups.add_argument(
+        "--seek", metavar="GROUP", help="move this group's cursor first (to --to): replay, or skip ahead"
+    )
+    groups.add_argument(
+        "--to",
+        metavar="WHERE",
+        help="where --seek moves the cursor: an offset, 'head', 'tail', or an ISO 8601 time with its zone",
+    )
     enqueue = command("enqueue", "append entries given as JSON, all or none")
     enqueue.add_argument("queue", help="queue name")
     enqueue.add_argument("entries", nargs="+", help="one JSON value per entry")
@@ -343,6 +353,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--entries", type=_positive_int, default=1_000_000, help="queue size for --spark")
     return parser
+
+
+def _seek_target(text: str | None) -> int | str | datetime.datetime:
+    """``--to``: an offset, ``head``, ``tail`` or an ISO 8601 time (``InvalidArgumentError`` if none)."""
+    if text is None:
+        raise errors.InvalidArgumentError("--seek needs --to: an offset, 'head', 'tail' or an ISO 8601 time")
+    if text in ("head", "tail"):
+        return text
+    with contextlib.suppress(ValueError):
+        return int(text)
+    try:  # a trailing Z is UTC (Python before 3.11 reads only +00:00)
+        return datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            f"--to must be an offset, 'head', 'tail' or an ISO 8601 time, got {text!r}"
+        ) from None
 
 
 def _stored_stats(queue: Queue) -> dict[str, Any]:
@@ -463,6 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _print({"created": queue.create_group(args.create)})
                 if args.delete:
                     _print({"deleted": queue.delete_group(args.delete)})
+                if args.seek:
+                    _print({"group": args.seek, "cursor": queue.seek_group(args.seek, _seek_target(args.to))})
                 for group in queue.groups():
                     _print(group)
             elif args.command == "stats":

@@ -61,6 +61,8 @@ from large_queue.lock import LockGrant, LockPolicy, QueueLock
 from large_queue.producer import DEFAULT_MAX_BATCH
 
 if TYPE_CHECKING:
+    import datetime
+
     from large_queue.cluster import Consumer, GroupInfo
     from large_queue.producer import Producer
 
@@ -603,6 +605,19 @@ class Queue:
         from large_queue.cluster import _groups
 
         return _groups.delete(self, name)
+
+    def seek_group(self, name: str, to: int | str | datetime.datetime) -> int:
+        """Move consumer group ``name``'s cursor: replay from an earlier offset, or skip ahead.
+
+        ``to``: an offset (an int), ``"head"``, ``"tail"``, or a moment (an
+        aware ``datetime``: the first entry enqueued at or after it).
+        The group's owner is fenced and the next owner delivers from there;
+        messages in flight are forgotten. Returns the new cursor. See
+        :func:`large_queue.cluster._groups.seek`.
+        """
+        from large_queue.cluster import _groups
+
+        return _groups.seek(self, name, to)
 
     def groups(self) -> list[GroupInfo]:
         """Every consumer group: owner, cursors, lag, in flight, lost and dead-lettered counts."""

@@ -31,6 +31,7 @@ every head move. The failure story, as a timeline::
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -341,6 +342,94 @@ def commit_cursor(queue: Queue, name: str, offset: int) -> None:
     advance_head(queue)
 
 
+def seek(queue: Queue, name: str, to: object) -> int:
+    """Move group ``name``'s cursor to ``to``: replay from an earlier offset, or skip ahead.
+
+    ``to`` is an offset (an int), ``"head"`` (the oldest entry still
+    queued), ``"tail"`` (the end of the published prefix: only later
+    entries) or a moment (an aware ``datetime``): the first entry enqueued at
+    or after it (:meth:`Queue.offset_at`), or the head where every entry
+    still queued is younger. An offset outside [head, end of the published prefix] is
+    refused (``InvalidArgumentError``) before anything is written: entries
+    below the head are gone. Returns the group's new cursor.
+
+    Like Kafka's offset reset or Redis's ``XGROUP SETID``, but it needs no
+    stopped consumers: the group's owner is fenced, as if it had died, and
+    the next owner delivers from the new cursor. Messages delivered and not
+    acked are forgotten (their acks raise ``OwnershipLostError``). Under the
+    queue lock, so the head cannot pass a cursor moved back; the timeline::
+
+        t=0  S takes the queue lock, reads head 100 and the end of the
+             published prefix 250, and g's owner record (owner A, epoch 5,
+             cursor 240); S seeks g to 120, renews the lock.
+        t=1  S writes g's record: no owner, epoch 6, cursor 120, nothing in
+             flight, guarded by the record's generation (had A acked since
+             it was read, S reads it again).
+        t=2  A's next write (a delivery, an ack, its heartbeat) is refused:
+             epoch 5 is over. A rejoins as a non-owner.
+        t=3  The next interested live node after A takes g at epoch 7 and
+             delivers 120, 121, ... again.
+        t=4  S moves the queue's head up to the groups' lowest acked
+             position (it moves only if g was the lowest and moved ahead)
+             and releases the lock.
+
+    A Spark stream reading as the group keeps its own offsets (in its
+    checkpoint): it goes on from them, not from a seek.
+    """
+    check_group(name)
+    keys = queue.keys.group(name)
+    if not (type(to) is int or to in ("head", "tail") or isinstance(to, datetime.datetime)):
+        raise errors.InvalidArgumentError(
+            f"a group seeks to an offset (an int), 'head', 'tail' or an aware datetime, got {to!r}"
+        )
+    # a moment is looked up before the lock (a bisection): an offset the head passes meanwhile is clamped
+    guessed = queue.offset_at(to) if isinstance(to, datetime.datetime) else None
+    with queue.lock.holding(internal(f"group:{name}:seek")) as grant:
+        if name not in grant.groups:  # (the lock is released on the way out of ``holding``)
+            raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
+        _, end = queue.published_tail()
+        if guessed is not None:
+            target = min(max(guessed, grant.head), end)
+        elif type(to) is int:
+            target = to
+            if not grant.head <= target <= end:
+                raise errors.InvalidArgumentError(
+                    f"group {name!r} of queue {queue.name!r} cannot seek to offset {target}: the queue holds"
+                    f" offsets {grant.head} to {end} (below the head, entries are gone)"
+                )
+        else:
+            target = grant.head if to == "head" else end
+        while True:
+            existing = queue.backend.get(keys.owner)
+            if existing is None:
+                raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
+            grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing written
+            bins = existing.bins
+            try:
+                queue.backend.put(
+                    keys.owner,
+                    {
+                        OWNER: "",
+                        INSTANCE: "",
+                        EPOCH: bins.get(EPOCH, 0) + 1,  # fences the owner, as a take-over does
+                        LAST_OWNER: bins.get(OWNER) or bins.get(LAST_OWNER, ""),
+                        CURSOR: target,
+                        INFLIGHT: {},
+                    },
+                    mode=WriteMode.UPDATE_ONLY,
+                    generation=existing.generation,
+                )
+                break
+            except (errors.GenerationMismatchError, errors.RecordNotFoundError):
+                continue  # its owner wrote since it was read (or the record went): read again
+        head = min(acked_floor(queue, grant.groups, grant.head), grant.tail)
+        moved = head > grant.head  # g was the lowest, and skipped ahead
+        queue.lock.commit(
+            grant, head=head if moved else None, skipped_to=head if moved and queue.marked else None
+        )
+    return target
+
+
 def advance_head(queue: Queue) -> None:
     """Move the queue's head up to the lowest acked position over its groups (under the lock)."""
     move_head(queue, internal("groups:head"), lambda grant: acked_floor(queue, grant.groups, grant.head))
@@ -391,4 +480,5 @@ __all__ = [
     "ensure",
     "move_head",
     "names",
+    "seek",
 ]

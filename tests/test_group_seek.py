@@ -1,0 +1,119 @@
+"""Seeking a consumer group: replay from an earlier offset or moment, or skip ahead, on both stores."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import pytest
+
+from large_queue import GroupNotFoundError, InvalidArgumentError, OwnershipLostError, Queue
+from large_queue.cli import main
+from large_queue.cluster import Consumer, Message
+from tests.fix_backends import Place, Store
+
+FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
+
+
+def _receive(consumer: Consumer, count: int, timeout: float = 5.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.receive(count - len(got), timeout=0.2)
+    return got
+
+
+def _values(messages: list[Message]) -> list[Any]:
+    return [m.value for m in messages]
+
+
+def test_a_group_replays_from_an_earlier_offset_and_its_old_deliveries_are_fenced(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("fast")
+    queue.create_group("slow")  # consumes nothing: the entries stay in the queue, to be replayed
+    queue.enqueue_batch(range(10))
+    with queue.consumer("n1", group="fast", **FAST) as consumer:
+        done = _receive(consumer, 8)
+        consumer.ack(done)
+        held = _receive(consumer, 2)  # delivered, not acked when the seek comes
+        assert _values(done + held) == list(range(10))
+        assert queue.seek_group("fast", 3) == 3
+        with pytest.raises(OwnershipLostError):
+            consumer.ack(held)  # delivered under the epoch the seek ended
+        again = _receive(consumer, 7)  # the node takes the group again and delivers from 3
+        assert _values(again) == list(range(3, 10))
+        consumer.ack(again)
+    group = queue.group("fast")
+    assert (group.acked_offset, group.in_flight, group.lost) == (10, 0, 0)
+    assert queue.info().head_offset == 0  # "slow" still holds every entry
+
+
+def test_a_group_skips_to_the_tail_and_the_head_follows_it(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.enqueue_batch(range(5))
+    assert queue.seek_group("g", "tail") == 5
+    assert queue.info().head_offset == 5  # g was the only group: its entries' room is free again
+    queue.enqueue("new")
+    with queue.consumer("n1", group="g", **FAST) as consumer:
+        assert _values(_receive(consumer, 1)) == ["new"]
+    assert queue.seek_group("g", "head") == 5
+
+
+def test_a_group_seeks_to_the_first_entry_enqueued_at_or_after_a_moment(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.create_group("keeper")
+    queue.enqueue_batch(["old-1", "old-2"])
+    store.advance(1.5)
+    queue.enqueue_batch(["new-1", "new-2"])
+    stamp = queue.get(2).enqueued_at_ms  # type: ignore[union-attr]
+    moment = datetime.datetime.fromtimestamp(stamp / 1000, tz=datetime.timezone.utc)
+    assert queue.seek_group("g", "tail") == 4
+    assert queue.seek_group("g", moment) == 2
+    assert queue.seek_group("g", moment - datetime.timedelta(days=365)) == 0  # older than all: the head
+    assert queue.seek_group("g", moment + datetime.timedelta(days=365)) == 4  # younger than all: the tail
+
+
+@pytest.mark.parametrize(
+    ("to", "named"),
+    [(-1, "offset -1"), (99, "offset 99"), ("latest", "'latest'"), (True, "True"), (2.0, "2.0")],
+)
+def test_a_seek_outside_the_queue_or_to_no_place_is_refused_and_changes_nothing(
+    store: Store, to: object, named: str
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.enqueue_batch(range(4))
+    before = queue.group("g")
+    with pytest.raises(InvalidArgumentError, match=named):
+        queue.seek_group("g", to)  # type: ignore[arg-type]
+    after = queue.group("g")
+    assert (after.epoch, after.delivered_offset) == (before.epoch, before.delivered_offset)
+    assert queue.info().lock_owner is None
+
+
+def test_a_seek_of_a_group_that_is_not_there_names_it(store: Store) -> None:
+    queue = store.new_queue()
+    with pytest.raises(GroupNotFoundError, match="nope"):
+        queue.seek_group("nope", "head")
+    assert queue.info().lock_owner is None
+
+
+def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    name = place.name("sought")
+    assert main(["--url", place.url, "create", name, "--capacity", "10"]) == 0
+    assert main(["--url", place.url, "groups", name, "--create", "g"]) == 0
+    assert main(["--url", place.url, "groups", name, "--create", "keeper"]) == 0
+    assert main(["--url", place.url, "enqueue", name, "1", "2", "3"]) == 0
+    capsys.readouterr()
+    for to, cursor in [("tail", 3), ("1", 1), ("head", 0), ("2000-01-01T00:00:00+00:00", 0)]:
+        assert main(["--url", place.url, "groups", name, "--seek", "g", "--to", to]) == 0
+        assert f'"cursor": {cursor}' in capsys.readouterr().out
+    assert main(["--url", place.url, "groups", name, "--seek", "g", "--to", "2000-01-01"]) == 1
+    assert "time zone" in capsys.readouterr().err
+    assert main(["--url", place.url, "groups", name, "--seek", "g"]) == 1
+    assert "--to" in capsys.readouterr().err
+    queue = Queue.open(place.connect(), name)
+    assert queue.group("g").delivered_offset == 0

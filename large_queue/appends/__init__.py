@@ -57,7 +57,10 @@ instead, and the dequeuer would have delivered 40 then 41. A publish that
 times out is sent again: once applied, the repeat is refused by its own
 slot, and reading the slot tells the two apart. A reservation that timed
 out in doubt is simply reserved again: if the first one was applied, it is a
-hole that readers close, and nothing of it is ever visible.
+hole that readers close, and nothing of it is ever visible. An overwriting
+reservation repeated so moves the head once more as well: where the queue
+was full, the first one's ``n`` offsets drop ``n`` more of the oldest
+entries, as its own append would have (counted as overwritten).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.fix_backends import Place
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 #: the queue names these tests use; on a shared server they are cleared before and after each test
-QUEUE_NAMES = ("events", "native", "encoded", "out", "ring", "copy", "new", "missing", "typed", "in")
+QUEUE_NAMES = ("events", "native", "encoded", "out", "ring", "copy", "new", "missing", "typed", "in", "odd")
 
 
 @pytest.fixture
@@ -227,7 +228,7 @@ def test_a_spanning_batch_overwritten_between_snapshot_and_read_is_lost_not_drop
             {"queue": "events", "entryEncoding": "yaml"},
             "entryEncoding='yaml' must be one of native, msgpack, json",
         ),
-        ({}, "option 'queue' is required"),
+        ({}, "a queue name is required"),
         ({"queue": "events", "capacity": 5}, r"option\(s\) capacity do not apply to a batch read"),
         ({"queue": "events", "maxOffsetsPerTrigger": 5}, "do not apply to a batch read"),
         ({"queue": "events", "startingOffsets": ""}, "must be 'earliest', 'latest' or an offset"),
@@ -586,3 +587,89 @@ def test_a_stream_whose_queue_was_created_again_reports_it_and_skips_nothing(
     assert [o for b in batches for o in b] == list(
         range(15)
     )  # the new queue from its head: 0..14, not 10..14
+
+
+def test_floats_json_has_no_number_for_read_as_sparks_json_tokens_and_are_written_back(
+    spark: Any, url: str
+) -> None:
+    nan, inf = float("nan"), float("inf")
+    Queue.create(connect(url), "events", capacity=10).enqueue_batch([{"x": nan, "y": [inf, -inf, None]}])
+    read = reader(spark, url, "events").load()
+    assert read.collect()[0].value == '{"x":NaN,"y":[Infinity,-Infinity,null]}'
+    parsed = read.selectExpr("from_json(value, 'x double, y array<double>') as v").collect()[0].v
+    assert math.isnan(parsed.x) and parsed.y == [inf, -inf, None]  # Spark's own JSON reads them
+    read.select("value").write.format("large_queue").option("url", url).option("queue", "copy").option(
+        "createIfMissing", "true"
+    ).option("capacity", 10).mode("append").save()
+    copied = Queue.open(connect(url), "copy").dequeue().value  # type: ignore[union-attr]
+    assert math.isnan(copied["x"]) and copied["y"] == [inf, -inf, None]
+
+
+def test_a_float_with_a_fraction_in_an_integer_column_of_a_schema_is_refused(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "events", capacity=10)
+    queue.enqueue_batch([{"price": 10.0, "sizes": [1, 2]}, {"price": 2.99, "sizes": [3]}])
+    with pytest.raises(Exception, match=r"offset 1 .*'price' \(int64\) would lose the fraction of 2.99"):
+        reader(spark, url, "events").schema("price long").load().collect()
+    rows = (
+        reader(spark, url, "events", endingOffsets=1).schema("price long, sizes array<int>").load().collect()
+    )
+    assert [(r.price, r.sizes) for r in rows] == [(10, [1, 2])]  # a whole float fits
+    queue.enqueue({"price": 1, "sizes": [0.5]})
+    with pytest.raises(Exception, match=r"'sizes'.*would lose the fraction"):
+        reader(spark, url, "events", startingOffsets=2).schema("sizes array<int>").load().collect()
+
+
+@pytest.mark.parametrize(
+    ("columns", "named"),
+    [
+        ("select 1 as id, interval 3 days as ttl", "column ttl is of type interval day"),
+        ("select map(named_struct('a', 1), 'x') as m", r"column m \(its keys\) is of type struct<a:int>"),
+        ("select named_struct('at', map(1.5D, 'x')) as s", r"column s.at \(its keys\) is of type double"),
+        ("select 1 as id, array(interval 1 day) as value", r"column value\[\] is of type interval day"),
+    ],
+)
+def test_a_column_no_entry_can_hold_is_refused_before_anything_is_written(
+    spark: Any, url: str, columns: str, named: str
+) -> None:
+    queue = Queue.create(connect(url), "out", capacity=10)
+    with pytest.raises(Exception, match=named):
+        spark.sql(columns).write.format("large_queue").option("url", url).option("queue", "out").mode(
+            "append"
+        ).save()
+    assert queue.info().size == 0
+
+
+def test_creation_options_apply_only_when_a_queue_is_created_and_must_match_the_queue(
+    spark: Any, url: str
+) -> None:
+    Queue.create(connect(url), "out", capacity=10, slots_per_record=5)
+    frame = spark.createDataFrame([(1,)], "n long")
+
+    def write(**options: object) -> None:
+        writer = frame.write.format("large_queue").option("url", url).option("queue", "out")
+        for key, value in options.items():
+            writer = writer.option(key, str(value))
+        writer.mode("append").save()
+
+    with pytest.raises(
+        Exception, match=r"option\(s\) capacity do not apply to a write without createIfMissing"
+    ):
+        write(capacity=5)
+    with pytest.raises(Exception, match=r"exists with other settings.*capacity=5 \(the queue has 10\)"):
+        write(createIfMissing="true", capacity=5)
+    with pytest.raises(Exception, match=r"entryEncoding=json \(the queue has msgpack\)"):
+        write(createIfMissing="true", capacity=10, entryEncoding="json")
+    write(createIfMissing="true", capacity=10, slotsPerRecord=5)  # as it is: written
+    assert Queue.open(connect(url), "out").info().size == 1
+
+
+def test_the_path_of_load_and_save_names_the_queue(spark: Any, url: str) -> None:
+    Queue.create(connect(url), "events", capacity=10).enqueue_batch(["a", "b"])
+    read = spark.read.format("large_queue").option("url", url).load("events")
+    assert [r.value for r in read.orderBy("offset").collect()] == ['"a"', '"b"']
+    read.select("value").write.format("large_queue").option("url", url).option(
+        "createIfMissing", "true"
+    ).option("capacity", 10).mode("append").save("copy")
+    assert [e.value for e in Queue.open(connect(url), "copy").dequeue_batch(5)] == ["a", "b"]
+    with pytest.raises(Exception, match="name two queues"):
+        spark.read.format("large_queue").option("url", url).option("queue", "events").load("copy").collect()

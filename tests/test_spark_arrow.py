@@ -23,7 +23,7 @@ scalars = (
     st.none()
     | st.booleans()
     | st.integers(INT64_MIN, INT64_MAX)
-    | st.floats(allow_nan=False)
+    | st.floats(allow_nan=False, allow_infinity=False)  # non-finite: spelled as Spark reads them (below)
     | st.text()
     | st.binary(max_size=20)
 )
@@ -50,6 +50,18 @@ def test_json_column_matches_encoding_each_value(values: list[Any]) -> None:
 def test_json_column_keeps_newlines_and_separators_inside_values() -> None:
     values = ["a\nb", {"k,\n": "[\n,]"}, "\n", "", [",", "\n,"], {"$bytes": "x"}, b"\n"]
     assert json_column("q", list(range(len(values))), values).to_pylist() == [one_by_one(v) for v in values]
+
+
+def test_json_column_spells_floats_json_has_no_number_for_as_sparks_json_reads_them() -> None:
+    nan, inf = float("nan"), float("inf")
+    values = [nan, {"x": [inf, -inf, None], "y": 1.5}, None, {"n": None}, [1, {2: -inf}]]
+    assert json_column("q", list(range(5)), values).to_pylist() == [
+        "NaN",
+        '{"x":[Infinity,-Infinity,null],"y":1.5}',
+        "null",
+        '{"n":null}',
+        '[1,{"2":-Infinity}]',
+    ]
 
 
 def test_json_column_names_entries_it_cannot_show() -> None:

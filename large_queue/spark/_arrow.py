@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,22 +124,53 @@ def json_column(queue: str, offsets: list[int], values: list[Any]) -> pa.Array:
 
     The values are interleaved with ``_ROW_END``, so the text reads
     ``[v0,\\n,v1,\\n,...,\\n]``; split on newlines, each piece is one value with
-    one separator character on either side.
+    one separator character on either side. A float JSON has no number for
+    is written as the token Spark's JSON reader takes for it (``NaN``,
+    ``Infinity``, ``-Infinity``, as ``from_json`` reads by default): orjson
+    would write ``null``, so text holding ``null`` is looked at again.
     """
     interleaved = [_ROW_END] * (2 * len(values))
     interleaved[::2] = values
+    text = _dumps(queue, offsets, interleaved)
+    if b"null" in text:
+        spelled = [_spelled(value) for value in values]
+        if any(new is not old for new, old in zip(spelled, values, strict=True)):
+            interleaved[::2] = spelled
+            text = _dumps(queue, offsets, interleaved)
+    pieces = pc.split_pattern(pa.array([text], pa.binary()), b"\n").flatten()
+    return pc.binary_slice(pieces.slice(0, len(values)), 1, -1).cast(pa.string())
+
+
+def _dumps(queue: str, offsets: list[int], interleaved: list[Any]) -> bytes:
+    """One orjson call over a chunk's values (see :func:`json_column`)."""
     try:
         try:
-            text = orjson.dumps(interleaved, default=bytes_as_json)
+            return orjson.dumps(interleaved, default=bytes_as_json)
         except TypeError:  # a dict with int keys: the slower option writes them as strings
-            text = orjson.dumps(interleaved, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
+            return orjson.dumps(interleaved, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
     except TypeError as exc:
         raise errors.UnsupportedEntryError(
             f"entries of queue {queue!r} (offsets {offsets[0]}..{offsets[-1]}) cannot be shown as JSON:"
             f" {exc}; read them with valueFormat=binary"
         ) from None
-    pieces = pc.split_pattern(pa.array([text], pa.binary()), b"\n").flatten()
-    return pc.binary_slice(pieces.slice(0, len(values)), 1, -1).cast(pa.string())
+
+
+_NAN = orjson.Fragment(b"NaN")
+_INFINITIES = {math.inf: orjson.Fragment(b"Infinity"), -math.inf: orjson.Fragment(b"-Infinity")}
+
+
+def _spelled(value: Any) -> Any:
+    """``value`` with its non-finite floats as Spark's JSON tokens; ``value`` itself if it holds none."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else _INFINITIES.get(value, _NAN)
+    if kind is dict:
+        items = {key: _spelled(item) for key, item in value.items()}
+        return value if all(items[key] is item for key, item in value.items()) else items
+    if kind is list:
+        elements = [_spelled(item) for item in value]
+        return value if all(new is old for new, old in zip(elements, value, strict=True)) else elements
+    return value
 
 
 def stored_column(queue: str, rows: Rows, encoding: str) -> pa.Array:
@@ -206,6 +238,7 @@ def record_batch(
             columns["value"] = json_column(queue, rows.offsets, values)
     if others:
         dicts = [v if isinstance(v, dict) else {} for v in values]
+        _refuse_truncation(queue, rows.offsets, dicts, [arrow_schema.field(name) for name in others])
         try:
             parsed = pa.RecordBatch.from_pylist(
                 [{name: row.get(name) for name in others} for row in dicts],
@@ -219,6 +252,54 @@ def record_batch(
         for name in others:
             columns[name] = parsed.column(name)
     return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=arrow_schema)
+
+
+def _refuse_truncation(
+    queue: str, offsets: list[int], dicts: list[dict[str, Any]], fields: list[pa.Field]
+) -> None:
+    """``InvalidArgumentError`` for a float with a fraction where the schema has an integer column.
+
+    Arrow would keep its integer part (2.99 as 2) without a word; every other
+    value that does not fit its column is refused by Arrow itself.
+    """
+    checked = [field for field in fields if _has_integers(field.type)]
+    for offset, row in zip(offsets, dicts, strict=True) if checked else ():
+        for field in checked:
+            if _truncated(row.get(field.name), field.type):
+                raise errors.InvalidArgumentError(
+                    f"the entry at offset {offset} of queue {queue!r} does not fit the given schema: field"
+                    f" {field.name!r} ({field.type}) would lose the fraction of {row.get(field.name)!r}"
+                )
+
+
+def _has_integers(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is, or holds, an integer type."""
+    if pa.types.is_integer(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_integers(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _has_integers(kind.key_type) or _has_integers(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_integers(kind.value_type)
+    return False
+
+
+def _truncated(value: Any, kind: pa.DataType) -> bool:
+    """Whether Arrow would drop a fraction of ``value`` (or of a value inside it) as ``kind``."""
+    if value is None:
+        return False
+    if pa.types.is_integer(kind):
+        return type(value) is float and not value.is_integer()
+    if pa.types.is_struct(kind) and isinstance(value, dict):
+        return any(
+            _truncated(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)
+        )
+    if pa.types.is_map(kind) and isinstance(value, dict):
+        return any(_truncated(k, kind.key_type) or _truncated(v, kind.item_type) for k, v in value.items())
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and isinstance(value, list):
+        return any(_truncated(item, kind.value_type) for item in value)
+    return False
 
 
 def _chunk(

@@ -98,6 +98,7 @@ _READ_ONLY = frozenset(
         "group",
     }
 )
+_CREATION = frozenset({"capacity", "slotsperrecord", "entryencoding", "appends"})
 _BATCH_READ_ONLY = frozenset({"endingoffsets"})
 _STREAM_READ_ONLY = frozenset({"maxoffsetspertrigger"})  # a group on a batch read: refused with why
 
@@ -130,8 +131,13 @@ def for_reading(options: SourceOptions, *, streaming: bool | None = None) -> Sou
 
 
 def for_writing(options: SourceOptions) -> SourceOptions:
-    """``options``, refused if they only make sense for reading."""
+    """``options``, refused if they only make sense for reading, or for creating a queue where no
+    ``createIfMissing`` asks for one."""
     _refuse(options, _READ_ONLY, "a write")
+    if not options.create_if_missing:
+        _refuse(
+            options, _CREATION, "a write without createIfMissing=true (they describe the queue it creates)"
+        )
     return options
 
 
@@ -175,9 +181,17 @@ class SourceOptions:
                 f"unknown option(s) {', '.join(map(repr, unknown))}; the large_queue source takes"
                 f" {', '.join(OPTIONS)}"
             )
-        queue = lowered.get("queue")
+        queue, path = lowered.get("queue"), lowered.get("path")
+        if queue and path and queue != path:
+            raise errors.InvalidArgumentError(
+                f"option queue={queue!r} and the path {path!r} (of load() or save()) name two queues:"
+                " give one"
+            )
+        queue = queue or path
         if not queue:
-            raise errors.InvalidArgumentError("option 'queue' is required: .option('queue', 'name')")
+            raise errors.InvalidArgumentError(
+                "a queue name is required: .option('queue', 'name'), or .load('name') / .save('name')"
+            )
         value_format = lowered.get("valueformat", "json").lower()
         if value_format not in WRITE_VALUE_FORMATS:
             raise errors.InvalidArgumentError(

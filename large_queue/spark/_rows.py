@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +59,7 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
         if how is None:
             return as_native(value)
         try:
-            return orjson.loads(value) if how == "json" else msgspec.msgpack.decode(value)
+            return _from_json(value) if how == "json" else msgspec.msgpack.decode(value)
         except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
             raise errors.InvalidArgumentError(
                 f"a value is not {how} as the value column's type (or valueFormat) says: {exc}"
@@ -66,6 +67,73 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
             ) from None
 
     return entry
+
+
+def _from_json(text: str | bytes | bytearray) -> Any:
+    """JSON text as reads write it: also with the ``NaN`` and ``Infinity`` tokens Spark's JSON takes."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # the standard library's reader takes those tokens (ValueError if not)
+        return json.loads(text)
+
+
+#: Spark types whose values an entry can hold (as themselves, or as text: see the module)
+_STORABLE = frozenset(
+    {
+        "StringType",
+        "CharType",
+        "VarcharType",
+        "BinaryType",
+        "BooleanType",
+        "ByteType",
+        "ShortType",
+        "IntegerType",
+        "LongType",
+        "FloatType",
+        "DoubleType",
+        "DecimalType",
+        "DateType",
+        "TimestampType",
+        "TimestampNTZType",
+        "TimeType",
+        "NullType",
+    }
+)
+#: ... and those that may key a map (a store's map keys are str, int or bytes)
+_KEYS = _STORABLE - {"BooleanType", "FloatType", "DoubleType", "NullType"}
+
+
+def check_writable(schema: StructType) -> None:
+    """``InvalidArgumentError`` naming a column whose type no entry can hold, before anything is written.
+
+    A row with a ``value`` column of string or binary type is that column
+    decoded (checked entry by entry as it is enqueued); otherwise every
+    column's type, at every depth, must be one an entry can hold.
+    """
+    if "value" in schema.fieldNames():
+        value_type = schema["value"].dataType
+        if type(value_type).__name__ not in ("StringType", "CharType", "VarcharType", "BinaryType"):
+            _check_type("value", value_type)
+        return
+    for field in schema.fields:
+        _check_type(field.name, field.dataType)
+
+
+def _check_type(path: str, data_type: DataType, *, key: bool = False) -> None:
+    if isinstance(data_type, StructType) and not key:
+        for field in data_type.fields:
+            _check_type(f"{path}.{field.name}", field.dataType)
+    elif isinstance(data_type, ArrayType) and not key:
+        _check_type(f"{path}[]", data_type.elementType)
+    elif isinstance(data_type, MapType) and not key:
+        _check_type(f"{path} (its keys)", data_type.keyType, key=True)
+        _check_type(f"{path} (its values)", data_type.valueType)
+    elif type(data_type).__name__ not in (_KEYS if key else _STORABLE):
+        what = "key a map in an entry" if key else "be stored in an entry"
+        raise errors.InvalidArgumentError(
+            f"column {path} is of type {data_type.simpleString()}, which cannot {what}: cast or drop it"
+            " before writing to a queue"
+        )
 
 
 def _converter(data_type: DataType) -> Convert:
@@ -108,4 +176,4 @@ def _plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["entry_maker"]
+__all__ = ["check_writable", "entry_maker"]

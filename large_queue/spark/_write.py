@@ -44,10 +44,11 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from large_queue import _records as rec
 from large_queue import errors
 from large_queue.queue import DEFAULT_APPENDS, Queue
 from large_queue.spark._options import SourceOptions
-from large_queue.spark._rows import entry_maker
+from large_queue.spark._rows import check_writable, entry_maker
 from large_queue.spark._stores import open_queue, store
 
 log = logging.getLogger("large_queue.spark")
@@ -68,9 +69,15 @@ class Enqueued(WriterCommitMessage):
 
 
 def prepare_queue(options: SourceOptions) -> None:
-    """Driver side, before any task: open the queue, or create it if asked to."""
+    """Driver side, before any task: open the queue, or create it if asked to.
+
+    With ``createIfMissing``, a queue that is there already must have the
+    settings the options give (``capacity``, ``slotsPerRecord``,
+    ``entryEncoding``, ``appends``): else ``InvalidArgumentError`` names the
+    difference, instead of writing into a queue other than the one described.
+    """
     try:
-        open_queue(options)
+        _check_settings(open_queue(options), options)
     except errors.QueueNotFoundError:
         if not options.create_if_missing:
             raise
@@ -86,6 +93,25 @@ def prepare_queue(options: SourceOptions) -> None:
                 encoding=options.entry_encoding,
                 appends=options.appends or DEFAULT_APPENDS,
             )
+
+
+def _check_settings(queue: Queue, options: SourceOptions) -> None:
+    """``InvalidArgumentError`` if the creation options given differ from the queue's settings."""
+    given = options.given
+    wanted = [
+        ("capacity", options.capacity, queue.capacity),
+        ("slotsPerRecord", options.slots_per_record, queue.shape.slots_per_record),
+        ("entryEncoding", options.entry_encoding if "entryencoding" in given else None, queue.encoding),
+        ("appends", options.appends, rec.RESERVED_APPENDS if queue.reserved else rec.LOCKED_APPENDS),
+    ]
+    differ = [
+        f"{name}={want} (the queue has {have})" for name, want, have in wanted if want not in (None, have)
+    ]
+    if differ:
+        raise errors.InvalidArgumentError(
+            f"queue {options.queue!r} exists with other settings than the options give: {', '.join(differ)};"
+            " drop those options to write into it as it is"
+        )
 
 
 def _task_txn_prefix(write_id: str, streaming: bool) -> str:
@@ -154,6 +180,7 @@ class BatchWriter(DataSourceWriter):
         self.options = options
         self.schema = schema
         self.write_id = uuid.uuid4().hex  # drawn once, on the driver: every task attempt carries it
+        check_writable(schema)
         prepare_queue(options)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:
@@ -184,6 +211,7 @@ class StreamWriter(DataSourceStreamWriter):
         self.options = options
         self.schema = schema
         self.write_id = uuid.uuid4().hex
+        check_writable(schema)
         prepare_queue(options)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:

@@ -9,7 +9,7 @@ Install with ``pip install 'large-queue[spark]'`` and register once per session:
 
 Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
 ``LARGE_QUEUE_URL`` or the embedded store), ``namespace``, ``queue``
-(required), ``startingOffsets`` / ``endingOffsets`` (``earliest``,
+(required, or the path of ``load()`` / ``save()``), ``startingOffsets`` / ``endingOffsets`` (``earliest``,
 ``latest`` or an offset), ``minPartitions``, ``recordsPerPartition``,
 ``valueFormat`` (``json`` | ``binary``; writes decode a string value column as JSON and bytes as
 msgpack by default, and ``text`` keeps a string), ``failOnDataLoss`` (default true),

@@ -157,9 +157,10 @@ def purge(queue: Queue) -> range:
              ever sees it: it is below the head, purged with the rest.
 
     Consumer groups and the cluster shim see the offsets dropped below their
-    cursors as lost (``on_data_loss``), as for expired entries; offset reads
-    of them return None from then on. An enqueue that commits after the
-    purge is kept.
+    cursors as lost (``on_data_loss``), as for expired entries: their owners
+    are fenced after the commit (:func:`_unseat_consumers`), so an owner may
+    deliver a purged entry only while the purge runs. Offset reads of them
+    return None from then on. An enqueue that commits after the purge is kept.
     """
     with queue.lock.holding(internal(PURGE_TXN)) as grant:
         if grant.tail <= grant.head:
@@ -171,9 +172,33 @@ def purge(queue: Queue) -> range:
             published=grant.tail if queue.reserved else None,
             skipped_to=grant.tail if queue.marked else None,
         )
+    _unseat_consumers(queue, grant.groups)
     queue.counters.add(entries_purged=grant.tail - grant.head)
     log.info("queue %r: %d entries purged", queue.name, grant.tail - grant.head)
     return range(grant.head, grant.tail)
+
+
+def _unseat_consumers(queue: Queue, groups: tuple[str, ...]) -> None:
+    """After a purge's commit, take the queue (and each group) from its owner, as if it had died.
+
+    An owner reads the queue's head only when it needs to look past the tail
+    it has seen (its own acks are what move the head): left in place, it
+    would go on delivering the purged entries from their slots. Fenced, its
+    next write is refused, and the next owner reads the head first: what it
+    had not taken is lost, as said. The timeline::
+
+        t=0  A owns the queue, has read offsets 10..19 ahead, delivered 10.
+        t=1  The purge commits head 20.
+        t=2  A delivers 11 (its write is still accepted: a delivery that
+             races the purge, as a message received while SQS purges).
+        t=3  The purge writes A's owner record: no owner, a new epoch.
+        t=4  A's next delivery is refused; it rejoins. The next owner reads
+             head 20 and counts 11..19 as lost (12..19 never delivered).
+    """
+    from large_queue.cluster._ownership import unseat
+
+    for group in (None, *groups):
+        unseat(queue, group)
 
 
 def _short_of_pending(queue: Queue, head: int, end: int) -> int:

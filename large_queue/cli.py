@@ -485,12 +485,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     described["ownership"] = dataclasses.asdict(ownership_info(queue))
                 _print(described)
             elif args.command == "groups":
+                if args.to is not None and not args.seek:
+                    raise errors.InvalidArgumentError("--to says where --seek moves a group: give --seek too")
+                target = _seek_target(args.to) if args.seek else None  # refused before anything changes
                 if args.create:
                     _print({"created": queue.create_group(args.create)})
                 if args.delete:
                     _print({"deleted": queue.delete_group(args.delete)})
                 if args.seek:
-                    _print({"group": args.seek, "cursor": queue.seek_group(args.seek, _seek_target(args.to))})
+                    assert target is not None
+                    _print({"group": args.seek, "cursor": queue.seek_group(args.seek, target)})
                 for group in queue.groups():
                     _print(group)
             elif args.command == "stats":

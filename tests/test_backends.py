@@ -513,4 +513,15 @@ def test_a_bin_read_and_then_written_where_aerospike_would_lose_the_read_is_refu
     with pytest.raises(errors.BackendUsageError, match="read and then written"):
         store.backend.operate(key, [Increment("n", 1), Read(write.bin), write])
     assert store.backend.get(key).bins == {"l": [1, 2, 3], "n": 5}  # type: ignore[union-attr]
+    never = eq(IntBin("n"), 99)
+    with pytest.raises(errors.BackendUsageError, match="read and then written"):  # refused before the guard
+        store.backend.operate(key, [Read(write.bin), write], condition=never)
+    with pytest.raises(errors.BackendUsageError, match="read and then written"):  # ... and the record
+        store.backend.operate(RecordKey("test", key.set_name, "nothing-here"), [Read(write.bin), write])
     assert store.backend.operate(key, [write, Read(write.bin)])  # read after it: taken, and read back
+
+
+def test_a_command_with_no_operation_is_a_usage_error_on_every_store(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"n": 1})
+    with pytest.raises(errors.BackendUsageError):  # each store says it in its own words
+        store.backend.operate(key, [])

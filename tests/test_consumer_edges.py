@@ -342,3 +342,16 @@ def test_a_slow_delete_racing_a_consumers_heartbeats_leaves_none_of_the_groups_r
         monkeypatch.undo()
         time.sleep(0.3)  # more heartbeats
     assert [store.backend.get(key) for key in (keys.owner, keys.nodes, keys.node("n1"))] == [None] * 3
+
+
+def test_an_owner_timeout_stated_by_another_instance_is_not_believed(store: Store) -> None:
+    from large_queue.backends import Write
+    from large_queue.cluster._ownership import Ownership
+
+    queue = store.new_queue(capacity=60)
+    with queue.consumer("a", time_slice=60.0, timeout=1.0, poll_interval=0.05) as owner:
+        assert owner.owning
+        assert Ownership(queue, "judge", timeout=9.0).read().timeout_ms == 1_000
+        # a take by a version that does not know the bin: a new instance, the old statement left
+        store.backend.operate(queue.keys.group(None).owner, [Write("instance", "old-version-node")])
+        assert Ownership(queue, "judge", timeout=9.0).read().timeout_ms == 9_000  # the judge's own

@@ -115,5 +115,30 @@ def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[st
     assert "time zone" in capsys.readouterr().err
     assert main(["--url", place.url, "groups", name, "--seek", "g"]) == 1
     assert "--to" in capsys.readouterr().err
+    assert main(["--url", place.url, "groups", name, "--to", "head"]) == 1
+    assert "give --seek too" in capsys.readouterr().err
+    bad = ["--create", "new", "--delete", "keeper", "--seek", "g", "--to", "yesterday"]
+    assert main(["--url", place.url, "groups", name, *bad]) == 1  # refused before the others ran
+    assert "--to must be" in capsys.readouterr().err
     queue = Queue.open(place.connect(), name)
     assert queue.group("g").delivered_offset == 0
+    assert sorted(g.name for g in queue.groups()) == ["g", "keeper"]
+
+
+def test_a_seek_forgets_a_dead_letter_move_under_way_and_delivers_its_entry_again(store: Store) -> None:
+    from large_queue.backends import Write
+
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    dead = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.create_group("keeper")
+    queue.enqueue_batch(["poison", "ok"])
+    # as a crash in the middle of a move leaves it: a dead-letter offset reserved for entry 0
+    store.backend.operate(queue.keys.group("g").owner, [Write("dead", {0: 0}), Write("cursor", 1)])
+    assert queue.seek_group("g", "head") == 0
+    options = {**FAST, "max_deliveries": 3, "dead_letter": dead}
+    with queue.consumer("n1", group="g", **options) as consumer:  # type: ignore[arg-type]
+        got = _receive(consumer, 2)
+        assert _values(got) == ["poison", "ok"]  # delivered again, not moved
+        consumer.ack(got)
+    assert dead.info().size == 0 and queue.group("g").dead_lettered == 0

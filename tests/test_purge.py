@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from large_queue import DataLossError, Queue
@@ -65,3 +67,26 @@ def test_the_command_line_purges(place: Place, capsys: pytest.CaptureFixture[str
     assert '"dropped": 3' in capsys.readouterr().out
     assert main(["--url", place.url, "dequeue", name]) == 0
     assert capsys.readouterr().out.strip() == "null"
+
+
+@pytest.mark.parametrize("group", [None, "g"])
+def test_a_live_owner_delivers_none_of_what_a_purge_dropped(store: Store, group: str | None) -> None:
+    queue = store.new_queue(capacity=20, slots_per_record=5)
+    if group is not None:
+        queue.create_group(group)
+    queue.enqueue_batch(range(10))
+    options = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05, "on_data_loss": "fail"}
+    with queue.consumer("n1", group=group, **options) as consumer:  # type: ignore[arg-type]
+        first = consumer.receive(1, timeout=3.0)  # the owner reads ahead past it
+        assert [m.value for m in first] == [0]
+        consumer.ack(first)
+        assert queue.purge().stop == 10
+        queue.enqueue("after")
+        deadline = time.monotonic() + 5
+        with pytest.raises(DataLossError) as raised:  # not 1..9 from the slots it had read
+            while time.monotonic() < deadline:
+                assert consumer.receive(5, timeout=0.2) == []
+        assert raised.value.lost == range(1, 10)  # type: ignore[attr-defined]
+        got = consumer.receive(5, timeout=3.0)
+        assert [m.value for m in got] == ["after"]
+        consumer.ack(got)

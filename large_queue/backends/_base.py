@@ -323,6 +323,13 @@ def check_not_read_before(operations: Sequence[Any], index: int) -> None:
             )
 
 
+def check_overwriting_reads(operations: Sequence[Any]) -> None:
+    """:func:`check_not_read_before` for every write of :data:`OVERWRITING_READS` in ``operations``."""
+    for index, op in enumerate(operations):
+        if index and type(op) in OVERWRITING_READS:
+            check_not_read_before(operations, index)
+
+
 def check_reads(reads: Sequence[tuple[RecordKey, Sequence[Any] | None]]) -> None:
     """``BackendUsageError`` unless each of a batch read's commands is read operations (or None: all bins)."""
     for key, operations in reads:

@@ -30,7 +30,6 @@ from large_queue.backends._base import (
     ReadSinceUpdate,
     RecordKey,
     Write,
-    check_not_read_before,
 )
 from large_queue.backends.conditions import UNKNOWN, Clock, value_of
 
@@ -59,9 +58,12 @@ _INT64_SPAN = 2**64
 def apply(
     key: RecordKey, bins: dict[str, Any], operations: Sequence[Operation], clock: Clock
 ) -> dict[str, Any]:
-    """Apply operations in order to ``bins`` (in place); return what the reads saw."""
+    """Apply operations in order to ``bins`` (in place); return what the reads saw.
+
+    The commands are checked before (:func:`check_overwriting_reads`), as on Aerospike.
+    """
     results: dict[str, Any] = {}
-    for index, op in enumerate(operations):
+    for op in operations:
         if isinstance(op, Read):
             if op.bin in bins:
                 results[op.bin] = bins[op.bin]
@@ -87,7 +89,6 @@ def apply(
             else:
                 target[op.index] = op.value
         elif isinstance(op, ListSetRange):
-            check_not_read_before(operations, index)
             target = _list_bin(key, bins, op.bin, create=True)
             _within(key, op.bin, op.index, target)
             target[op.index : op.index + len(op.values)] = op.values  # past the end: the list grows
@@ -105,10 +106,8 @@ def apply(
             if type(found) is dict and op.key in found:
                 results[op.bin] = found[op.key]
         elif isinstance(op, LogPut):
-            check_not_read_before(operations, index)
             bins[op.bin] = _log_put(key, bins, op, clock)
         elif isinstance(op, Compute):
-            check_not_read_before(operations, index)
             value = value_of(op.expression, bins, clock, op.values)
             if type(value) is not int:  # Aerospike fails the command when an expression write is unknown
                 raise fail(errors.BinTypeError, f"expression for bin {op.bin!r} of {key.user_key} is unknown")

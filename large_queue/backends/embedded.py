@@ -50,6 +50,7 @@ from large_queue.backends._base import (
     WriteMode,
     check_bin_names,
     check_bin_values,
+    check_overwriting_reads,
     check_reads,
     check_ttl,
     misuse,
@@ -460,6 +461,8 @@ class EmbeddedBackend(Backend):
         """Apply operations atomically to an existing record; return the reads."""
         self._count()
         self._check_key(key)
+        if not operations:  # as Aerospike, which takes no command without an operation
+            raise misuse(key, ValueError("a command needs at least one operation"))
         writes = False
         for op in operations:
             if not isinstance(op, READ_OPERATIONS):
@@ -467,7 +470,9 @@ class EmbeddedBackend(Backend):
                 break
         try:
             self._check_bins([op.bin for op in operations])
-        except AttributeError as exc:  # not an operation
+            if writes:
+                check_overwriting_reads(operations)  # refused before the record is read, as on Aerospike
+        except (AttributeError, TypeError) as exc:  # not an operation, or a read its write would hide
             raise misuse(key, exc) from None
         guarded = condition is not None or generation is not None
         refused = self._refused

@@ -623,12 +623,15 @@ class Consumer:
                 continue
             self._move_failures.pop(offset, None)
             inflight = {o: c for o, c in self._inflight.items() if o != offset}
-            self._commit(
-                self._cursor,
-                inflight,
-                dead={o: a for o, a in self._dead.items() if o != offset},
-                dead_lettered=self._dead_lettered + 1,
-            )
+            try:
+                self._commit(
+                    self._cursor,
+                    inflight,
+                    dead={o: a for o, a in self._dead.items() if o != offset},
+                    dead_lettered=self._dead_lettered + 1,
+                )
+            except errors.OwnershipLostError:
+                return  # the letter is written: the new owner finds it there and acks the entry
             self.deliveries.acked({offset})
 
     def _commit(self, cursor: int, inflight: dict[int, int], **counts: Any) -> None:

@@ -54,6 +54,7 @@ from large_queue.cluster._ownership import (
     NodeState,
     Ownership,
     acked_position,
+    unseat,
 )
 from large_queue.lock import LockGrant
 from large_queue.queue import Queue
@@ -362,9 +363,10 @@ def seek(queue: Queue, name: str, to: object) -> int:
         t=0  S takes the queue lock, reads head 100 and the end of the
              published prefix 250, and g's owner record (owner A, epoch 5,
              cursor 240); S seeks g to 120, renews the lock.
-        t=1  S writes g's record: no owner, epoch 6, cursor 120, nothing in
-             flight, guarded by the record's generation (had A acked since
-             it was read, S reads it again).
+        t=1  S writes g's record (:func:`large_queue.cluster._ownership.unseat`):
+             no owner, epoch 6, cursor 120, nothing in flight and no
+             dead-letter move under way, guarded by the record's generation
+             (had A acked since it was read, S reads it again).
         t=2  A's next write (a delivery, an ack, its heartbeat) is refused:
              epoch 5 is over. A rejoins as a non-owner.
         t=3  The next interested live node after A takes g at epoch 7 and
@@ -374,14 +376,23 @@ def seek(queue: Queue, name: str, to: object) -> int:
              and releases the lock.
 
     A Spark stream reading as the group keeps its own offsets (in its
-    checkpoint): it goes on from them, not from a seek.
+    checkpoint): it goes on from them, not from a seek. A dead-letter move
+    under way when the seek comes is forgotten with the rest: its entry is
+    delivered again if the seek went back over it (and may be moved again),
+    and a letter it had already written stays in the dead-letter queue,
+    uncounted. A seek is a replay: entries may be handled twice.
     """
     check_group(name)
-    keys = queue.keys.group(name)
     if not (type(to) is int or to in ("head", "tail") or isinstance(to, datetime.datetime)):
         raise errors.InvalidArgumentError(
             f"a group seeks to an offset (an int), 'head', 'tail' or an aware datetime, got {to!r}"
         )
+    if name not in queue.current_metadata().groups:  # refused before the lock is taken (and again under it)
+        raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
+    if type(to) is int:
+        head, end = queue.published_tail()
+        if not head <= to <= end:
+            raise _out_of_range(queue, name, to, head, end)
     # a moment is looked up before the lock (a bisection): an offset the head passes meanwhile is clamped
     guessed = queue.offset_at(to) if isinstance(to, datetime.datetime) else None
     with queue.lock.holding(internal(f"group:{name}:seek")) as grant:
@@ -392,42 +403,26 @@ def seek(queue: Queue, name: str, to: object) -> int:
             target = min(max(guessed, grant.head), end)
         elif type(to) is int:
             target = to
-            if not grant.head <= target <= end:
-                raise errors.InvalidArgumentError(
-                    f"group {name!r} of queue {queue.name!r} cannot seek to offset {target}: the queue holds"
-                    f" offsets {grant.head} to {end} (below the head, entries are gone)"
-                )
+            if not grant.head <= target <= end:  # the head passed it since it was checked
+                raise _out_of_range(queue, name, target, grant.head, end)
         else:
             target = grant.head if to == "head" else end
-        while True:
-            existing = queue.backend.get(keys.owner)
-            if existing is None:
-                raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
-            grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing written
-            bins = existing.bins
-            try:
-                queue.backend.put(
-                    keys.owner,
-                    {
-                        OWNER: "",
-                        INSTANCE: "",
-                        EPOCH: bins.get(EPOCH, 0) + 1,  # fences the owner, as a take-over does
-                        LAST_OWNER: bins.get(OWNER) or bins.get(LAST_OWNER, ""),
-                        CURSOR: target,
-                        INFLIGHT: {},
-                    },
-                    mode=WriteMode.UPDATE_ONLY,
-                    generation=existing.generation,
-                )
-                break
-            except (errors.GenerationMismatchError, errors.RecordNotFoundError):
-                continue  # its owner wrote since it was read (or the record went): read again
+        grant = queue.lock.renew(grant)  # LockLostError if it was broken: nothing written
+        if not unseat(queue, name, **{CURSOR: target, INFLIGHT: {}, DEAD: {}}):
+            raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
         head = min(acked_floor(queue, grant.groups, grant.head), grant.tail)
         moved = head > grant.head  # g was the lowest, and skipped ahead
         queue.lock.commit(
             grant, head=head if moved else None, skipped_to=head if moved and queue.marked else None
         )
     return target
+
+
+def _out_of_range(queue: Queue, name: str, offset: int, head: int, end: int) -> errors.InvalidArgumentError:
+    return errors.InvalidArgumentError(
+        f"group {name!r} of queue {queue.name!r} cannot seek to offset {offset}: the queue holds"
+        f" offsets {head} to {end} (below the head, entries are gone)"
+    )
 
 
 def advance_head(queue: Queue) -> None:

@@ -14,8 +14,10 @@ Records, in the queue's set and metadata namespace:
 - ``queue-node-<id>``: one per node, rewritten by its heartbeat, with
   ``interested`` (1 or 0). A node silent longer than the timeout is gone.
 
-Each node states its own ``timeout`` (``timeout_ms``) in its node record and,
-while it owns the queue, in the owner record: a node is judged gone only
+Each node states its own ``timeout`` in its node record (``timeout_ms``) and,
+while it owns the queue, in the owner record (``owner_timeout``, beside the
+instance that took it, so that a take by a version that does not know the
+bin leaves nothing stale to be believed): a node is judged gone only
 once it has been silent for longer than the timeout it stated, whatever
 timeout the judge was given. Nodes given different timeouts would otherwise
 take a queue from a live owner::
@@ -90,9 +92,10 @@ LAST_OWNER = "last_owner"
 CURSOR = "cursor"
 INFLIGHT = "inflight"
 SILENT_MS = "silent_ms"  # an expression result, not a stored bin
-TIMEOUT_MS = (
-    "timeout_ms"  # the writer's own timeout (ms), in its node record and, while it owns, the owner record
-)
+TIMEOUT_MS = "timeout_ms"  # a node record's: its node's own timeout (ms)
+#: the owner record's: [instance, timeout in ms] of the consumer that took it (stale once another instance
+#: holds it: one that does not know this bin, say)
+OWNER_TIMEOUT = "owner_timeout"
 INTERESTED = "interested"
 LOST = "lost"  # groups: entries overwritten before the group acked them
 DEAD = "dead"  # groups: offset -> dead-letter queue offset reserved for it, while it is moved
@@ -249,7 +252,7 @@ class Ownership:
                     Read(LOST),
                     Read(DEAD),
                     Read(DEAD_LETTERED),
-                    Read(TIMEOUT_MS),
+                    Read(OWNER_TIMEOUT),
                     ReadSinceUpdate(SILENT_MS),
                 ],
             )
@@ -264,7 +267,7 @@ class Ownership:
             cursor=bins.get(CURSOR, 0),
             inflight={int(offset): int(count) for offset, count in inflight.items()},
             silent_ms=bins[SILENT_MS],
-            timeout_ms=_stated(bins) or self.timeout_ms,
+            timeout_ms=_stated_by_owner(bins) or self.timeout_ms,
             lost=bins.get(LOST) or 0,
             dead={int(offset): int(at) for offset, at in (bins.get(DEAD) or {}).items()},
             dead_lettered=bins.get(DEAD_LETTERED) or 0,
@@ -333,7 +336,7 @@ class Ownership:
                     Write(INSTANCE, self.instance),
                     Write(EPOCH, epoch),
                     Write(LAST_OWNER, state.owner or state.last_owner),
-                    Write(TIMEOUT_MS, self.timeout_ms),
+                    Write(OWNER_TIMEOUT, [self.instance, self.timeout_ms]),
                 ],
                 condition=guard,
             )
@@ -351,7 +354,7 @@ class Ownership:
                     Write(INSTANCE, ""),  # claimed by whichever consumer of node ``to`` comes first
                     Write(EPOCH, epoch + 1),
                     Write(LAST_OWNER, self.node_id),
-                    Write(TIMEOUT_MS, None),  # until ``to`` claims it and states its own
+                    Write(OWNER_TIMEOUT, None),  # until ``to`` claims it and states its own
                 ],
                 condition=self._mine(epoch),
             )
@@ -412,6 +415,53 @@ class Ownership:
                 " nothing was delivered or acked",
                 queue=self.queue.name,
             ) from None
+
+
+def _stated_by_owner(bins: dict[str, Any]) -> int | None:
+    """The timeout (ms) the owner record states for the instance holding it now; None if none."""
+    stated = bins.get(OWNER_TIMEOUT)
+    if type(stated) is list and len(stated) == 2 and stated[0] == bins.get(INSTANCE) and stated[0]:
+        return _stated({TIMEOUT_MS: stated[1]})
+    return None
+
+
+def unseat(queue: Queue, group: str | None, **changes: Any) -> bool:
+    """Take the queue (or ``group``) from whichever consumer owns it, as if it had died; False if no
+    record is there.
+
+    One write of the owner record, guarded by its generation (read again if
+    its owner wrote meanwhile): no owner, a new epoch, so the owner's next
+    write (a delivery, an ack, its heartbeat) is refused and it starts over
+    as a non-owner; and ``changes`` to other bins. The next interested live
+    node after it takes the queue from the record, as after a death, and
+    reads the queue's head before its first delivery. Without ``changes`` a
+    record that nobody owns is left as it is.
+    """
+    key = queue.keys.group(group).owner
+    while True:
+        record = queue.backend.get(key)
+        if record is None:
+            return False
+        bins = record.bins
+        if not changes and not bins.get(OWNER):
+            return True
+        try:
+            queue.backend.put(
+                key,
+                {
+                    OWNER: "",
+                    INSTANCE: "",
+                    EPOCH: bins.get(EPOCH, 0) + 1,
+                    LAST_OWNER: bins.get(OWNER) or bins.get(LAST_OWNER, ""),
+                    OWNER_TIMEOUT: None,
+                    **changes,
+                },
+                mode=WriteMode.UPDATE_ONLY,
+                generation=record.generation,
+            )
+            return True
+        except (errors.GenerationMismatchError, errors.RecordNotFoundError):
+            continue  # its owner wrote since it was read (or the record went): read it again
 
 
 def _stated(bins: dict[str, Any]) -> int | None:

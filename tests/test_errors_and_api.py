@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 from aerospike import exception as aerospike_exception
@@ -301,6 +302,10 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
         ("aerospike://127.0.0.1:99999/test", "a port from 1 to 65535"),
         ("aerospike://127.0.0.1:\u00b3/test", "not host:port"),
         ("aerospike://127.0.0.1:4333/test?tls_name=db.example", "without cafile="),
+        (f"embedded://{tmp_path}/queue#1.db", "holds a '#'.*%23"),
+        (f"embedded://{tmp_path}/h.db?namespaces=", "namespaces= .* is blank"),
+        (f"embedded://{tmp_path}/h.db?synchronous=", "synchronous= .* is blank"),
+        (f"embedded://{tmp_path}/h.db?synchronous=full&synchronous=normal", "given 2 times"),
     ]:
         with pytest.raises(errors.InvalidArgumentError, match=message):
             connect(bad)
@@ -308,6 +313,10 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
         connect(42)
     with pytest.raises(errors.StoreFileError, match="there is no store file"):
         connect(f"embedded://{tmp_path}/new/f.db", create=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = connect("embedded:~/at-home.db")
+    assert isinstance(home, EmbeddedBackend) and home.path == Path(f"{tmp_path}/at-home.db")
+    assert connect(f"embedded://{tmp_path}/queue%231.db").path.name == "queue#1.db"  # type: ignore[attr-defined]
     assert not os.path.exists(f"{tmp_path}/new")
 
 

@@ -101,14 +101,21 @@ def connect(target: Any = None, *, create: bool = True) -> Backend:
     return _from_url(target, create=create)
 
 
-def _single(query: dict[str, list[str]], name: str) -> str | None:
+def _single(query: dict[str, list[str]], name: str, url: str) -> str | None:
+    """The value of parameter ``name``, if given: once, and not blank (else ``InvalidArgumentError``)."""
     values = query.get(name)
-    return values[-1] if values else None
+    if not values:
+        return None
+    if len(values) > 1:
+        raise errors.InvalidArgumentError(f"{name}= is given {len(values)} times in {url!r}: give it once")
+    if not values[0].strip():
+        raise errors.InvalidArgumentError(f"{name}= in {url!r} is blank: give a value, or leave it out")
+    return values[0]
 
 
 def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
     """The positive integer given as ``name``, if it is given (0 or less is refused, not taken as unset)."""
-    value = _single(query, name)
+    value = _single(query, name, url)
     if value is None:
         return None
     if not (value.isascii() and value.isdigit()) or int(value) < 1:
@@ -124,6 +131,10 @@ _PARAMETERS = {
 
 def _from_url(url: str, *, create: bool) -> Backend:
     parts = urlsplit(url)
+    if parts.fragment or url.endswith("#"):
+        raise errors.InvalidArgumentError(
+            f"{url!r} holds a '#', which would cut the URL there: write it as %23"
+        )
     query = parse_qs(parts.query, keep_blank_values=True)
     unknown = sorted(set(query) - set(_PARAMETERS.get(parts.scheme, query)))
     if unknown:
@@ -140,17 +151,17 @@ def _from_url(url: str, *, create: bool) -> Backend:
                 f" use embedded:///{parts.netloc}{parts.path} (three slashes) for an absolute path,"
                 f" or embedded:{parts.netloc}{parts.path} for a relative one"
             )
-        path = unquote(parts.path)
+        path = os.path.expanduser(unquote(parts.path))  # embedded:~/queues.db is in the home directory
         if not path:
             raise errors.InvalidArgumentError(f"{url!r} names no file: use embedded:///path/to/store.db")
-        namespaces = [n.strip() for n in (_single(query, "namespaces") or "test").split(",")]
+        namespaces = [n.strip() for n in (_single(query, "namespaces", url) or "test").split(",")]
         if not all(namespaces):
             raise errors.InvalidArgumentError(f"namespaces= in {url!r} names an empty namespace")
         return EmbeddedBackend(
             path,
             namespaces=namespaces,
             record_size_limit=_integer(query, "record_size_limit", url) or DEFAULT_RECORD_SIZE_LIMIT,
-            synchronous=_single(query, "synchronous") or "normal",
+            synchronous=_single(query, "synchronous", url) or "normal",
             create=create,
         )
     if parts.scheme == "aerospike":
@@ -165,8 +176,8 @@ def _from_url(url: str, *, create: bool) -> Backend:
                 )
             hosts.append((host.strip("[]"), int(port)))
         namespace = parts.path.strip("/") or "test"
-        cafile = _single(query, "cafile")
-        if _single(query, "tls_name") is not None and cafile is None:
+        cafile = _single(query, "cafile", url)
+        if _single(query, "tls_name", url) is not None and cafile is None:
             raise errors.InvalidArgumentError(
                 f"tls_name= in {url!r} without cafile=: TLS needs the CA file that signed the server's"
                 " certificate (cafile=/path/to/ca.pem); without it the connection would not be TLS at all"
@@ -175,10 +186,10 @@ def _from_url(url: str, *, create: bool) -> Backend:
             AerospikeSettings(
                 hosts=tuple(hosts),
                 namespace=namespace,
-                user=unquote(parts.username) if parts.username else _single(query, "user"),
-                password=unquote(parts.password) if parts.password else _single(query, "password"),
+                user=unquote(parts.username) if parts.username else _single(query, "user", url),
+                password=unquote(parts.password) if parts.password else _single(query, "password", url),
                 tls={"enable": True, "cafile": cafile} if cafile else None,
-                tls_name=_single(query, "tls_name"),
+                tls_name=_single(query, "tls_name", url),
                 total_timeout_ms=_integer(query, "timeout_ms", url) or 1000,
             )
         )

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -525,3 +526,40 @@ def test_a_command_with_no_operation_is_a_usage_error_on_every_store(store: Stor
     store.backend.put(key, {"n": 1})
     with pytest.raises(errors.BackendUsageError):  # each store says it in its own words
         store.backend.operate(key, [])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_forked_while_another_thread_is_inside_a_command_can_use_the_store(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path / "forked.db")
+    key = RecordKey("test", "forked", "k")
+    backend.put(key, {"n": 1})
+    inside, leave = threading.Event(), threading.Event()
+
+    def in_a_command() -> None:
+        with backend._lock:  # as a thread is while its command runs
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=in_a_command)
+    thread.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the lock was held by a thread it does not have
+        code = 1
+        try:
+            record = backend.get(key)
+            backend.put(key, {"n": 2})
+            code = 0 if record is not None and record.bins == {"n": 1} else 3
+        finally:
+            os._exit(code)
+    leave.set()
+    thread.join()
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on the store")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert backend.get(key).bins == {"n": 2}  # type: ignore[union-attr]

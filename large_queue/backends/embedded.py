@@ -24,6 +24,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -112,6 +113,28 @@ _MOST_REFUSED = 1024
 _MOST_GOOD_BINS = 256
 
 
+#: every embedded store open in this process, for the child of a fork (see _after_fork)
+_OPEN: weakref.WeakSet[EmbeddedBackend] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: each store's thread lock anew, and no group open.
+
+    Only the forking thread lives on in the child. Had another thread of the
+    parent been inside a command at the fork, the child's copy of the lock
+    would stay held for ever, and the child's first command would wait on
+    it for good. The child's connection is opened anew at its first command
+    (:meth:`EmbeddedBackend._connection`).
+    """
+    for backend in list(_OPEN):
+        backend._lock = threading.RLock()
+        backend._group = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
     """The bins stored for the record ``where`` (namespace, set, key)."""
     try:
@@ -164,7 +187,7 @@ class EmbeddedBackend(Backend):
         self.clock = clock
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # made anew in a forked child (see _after_fork)
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
@@ -179,6 +202,7 @@ class EmbeddedBackend(Backend):
             raise errors.StoreFileError(f"store file {self.path} cannot be created: {exc}", code=-1) from None
         with self._transaction(write=False):
             pass  # opens the file now, so that a bad path fails here
+        _OPEN.add(self)
 
     def __repr__(self) -> str:
         return f"EmbeddedBackend({str(self.path)!r}, namespaces={sorted(self.namespaces)!r})"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from large_queue import Queue, errors
-from large_queue.backends import Read, RecordKey, connect
+from large_queue.backends import Read, RecordKey, Write, connect
 from large_queue.backends.conditions import Compare, IntBin
 from large_queue.backends.embedded import EmbeddedBackend
 from tests.fix_backends import Place
@@ -87,6 +87,27 @@ def test_a_failure_of_sqlite_in_a_group_rolls_all_of_it_back(tmp_path: Path) -> 
     assert store.get(during) is None
     store.put(during, {"n": 1})  # and the store goes on
     store.close()
+
+
+def test_a_full_disk_inside_a_batch_of_commands_keeps_none_of_it(tmp_path: Path) -> None:
+    store = EmbeddedBackend(tmp_path / "store.db")
+    big, small = [_key() for _ in range(3)], [_key() for _ in range(3)]
+    for key in big + small:
+        store.put(key, {"n": 0})
+    assert store._conn is not None
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count={pages + 20}")  # the disk is full past 20 more pages
+    commands = [(key, [Write("blob", b"x" * 60_000)], None) for key in big]
+    commands += [(key, [Write("n", 42)], None) for key in small]
+    with pytest.raises(errors.StoreFileError, match="rolled back"):
+        store.operate_each(commands)  # the big writes fill the disk; the small ones must not go on alone
+    other = EmbeddedBackend(tmp_path / "store.db")
+    assert [other.get(key).bins for key in big + small] == [{"n": 0}] * 6  # type: ignore[union-attr]
+    store._conn.execute(f"PRAGMA max_page_count={2**30}")
+    store.operate_each([(key, [Write("n", 1)], None) for key in small])  # and the store goes on
+    assert [other.get(key).bins for key in small] == [{"n": 1}] * 3  # type: ignore[union-attr]
+    store.close()
+    other.close()
 
 
 def _reserve_and_die(url: str, name: str) -> None:

@@ -24,7 +24,10 @@ A command that is refused (a guard that does not hold, a record too large)
 wrote nothing, so the group goes on and commits what the others wrote, as
 separate commands would have. Only a failure of SQLite itself (a full disk)
 rolls the whole group back: no other process saw any of it, and the
-operation reports the failure.
+operation reports the failure. SQLite may end the transaction on its own at
+such a failure; the group's later commands are then refused (they would
+otherwise each commit alone), and its end says the group was rolled back
+even where its caller took each command's failure as a result.
 
 A group holds the writer lock from its first command to its last, so the
 code inside it must not wait for anything another process does (a busy
@@ -92,8 +95,16 @@ class Transaction:
         self._backend._lock.acquire()
         try:
             conn = self._backend._connection()
-            if self._backend._group is not None:  # this thread's: another's would hold the lock above
+            group = self._backend._group
+            if group is not None:  # this thread's: another's would hold the lock above
                 self._grouped = True
+                if group.failed or not conn.in_transaction:  # SQLite ended the group's transaction
+                    group.failed = True
+                    raise errors.StoreFileError(
+                        f"store file {self._backend.path}: an earlier command of this group failed, and"
+                        " SQLite rolled the whole group back; nothing of it is kept",
+                        code=-1,
+                    )
                 return conn
             if self._write:
                 self.become_writer()
@@ -181,7 +192,18 @@ class Group:
             conn = backend._conn
             assert conn is not None
             if self.failed:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # else SQLite rolled it back itself (a full disk, say)
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error as failure:
+                        if exc is None:
+                            raise store_file_error(backend.path, failure) from failure
+                if exc is None:  # its commands' failures were taken as results (operate_each): said now
+                    raise errors.StoreFileError(
+                        f"store file {backend.path} failed inside a group of commands: the whole group was"
+                        " rolled back, none of it is kept",
+                        code=-1,
+                    )
             else:
                 try:
                     conn.execute("COMMIT")

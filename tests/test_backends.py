@@ -563,3 +563,30 @@ def test_a_child_forked_while_another_thread_is_inside_a_command_can_use_the_sto
         pytest.fail("the forked child hung on the store")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert backend.get(key).bins == {"n": 2}  # type: ignore[union-attr]
+
+
+def test_a_guarded_write_waiting_for_another_writer_holds_no_snapshot_a_checkpoint_waits_for(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "waits.db"
+    writer, other = EmbeddedBackend(path), EmbeddedBackend(path, busy_timeout=5.0)
+    key = RecordKey("test", "waits", "k")
+    writer.put(key, {"n": 1})
+    with pytest.raises(
+        errors.ConditionNotMetError
+    ):  # refused once: its next guarded write starts as a reader
+        writer.operate(key, [Write("n", 2)], condition=eq(IntBin("n"), 9))
+    other._writer_lock(True)  # another process writes (compact(), say)
+    written: list[object] = []
+    thread = threading.Thread(
+        target=lambda: written.append(writer.operate(key, [Write("n", 2)], condition=eq(IntBin("n"), 1)))
+    )
+    thread.start()
+    time.sleep(0.3)  # the guarded write waits for the writer lock now
+    assert other._conn is not None
+    started = time.monotonic()
+    busy, _, _ = other._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0 and time.monotonic() - started < 2  # no reader held it up for the busy timeout
+    other._writer_lock(False)
+    thread.join(10)
+    assert written == [{}] and writer.get(key).bins == {"n": 2}  # type: ignore[union-attr]

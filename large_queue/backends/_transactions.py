@@ -85,11 +85,13 @@ class Transaction:
         self._writer = False
         self._grouped = False
 
-    def become_writer(self) -> None:
-        """Queue for the writer lock (no-op if already held)."""
+    def become_writer(self, *, wait: bool = True) -> bool:
+        """Queue for the writer lock (no-op if already held); ``wait=False``: False if it is busy."""
         if not self._writer and not self._grouped:
-            self._backend._writer_lock(True)
+            if not self._backend._writer_lock(True, wait=wait):
+                return False
             self._writer = True
+        return True
 
     def __enter__(self) -> sqlite3.Connection:
         self._backend._lock.acquire()

@@ -237,14 +237,15 @@ class EmbeddedBackend(Backend):
             self._pid = os.getpid()
         return self._conn
 
-    def _writer_lock(self, hold: bool) -> None:
+    def _writer_lock(self, hold: bool, *, wait: bool = True) -> bool:
         """Take or drop the cross-process writer lock.
 
         A writer tries for the lock without waiting and, while another
         process holds it, tries again after a sleep that starts at 20 us and
         doubles up to 200 us (SQLite's own busy handler sleeps in steps of a
         millisecond or more, longer than most commands hold the lock). It
-        gives up after ``busy_timeout`` with ``BackendBusyError``. The
+        gives up after ``busy_timeout`` with ``BackendBusyError``. With
+        ``wait=False`` it tries once: False if another process holds it. The
         timeline it guards against::
 
             t=0    process A starts a command (or a lock holder's group of
@@ -257,18 +258,19 @@ class EmbeddedBackend(Backend):
                    broken by the first writer after A's command ends.
         """
         if fcntl is None or self._writer_file is None:
-            return
+            return True
         if not hold:
             fcntl.flock(self._writer_file, fcntl.LOCK_UN)
-            return
+            return True
         deadline = None
         delay = 0.00002
         while True:
             try:
                 fcntl.flock(self._writer_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                return True
             except BlockingIOError:
-                pass
+                if not wait:
+                    return False
             now = time.monotonic()
             if deadline is None:
                 deadline = now + self._busy_timeout
@@ -557,7 +559,11 @@ class EmbeddedBackend(Backend):
                     f"condition not met on record {key.set_name}/{key.user_key}",
                 )
             if writes:
-                transaction.become_writer()
+                if not transaction.become_writer(wait=not optimistic):
+                    # Another process writes now. Waiting here would hold this read's snapshot, which
+                    # a checkpoint that process runs (compact()) waits for in turn, each until the busy
+                    # timeout: evaluated again as a writer instead, which waits holding no snapshot.
+                    raise StaleSnapshot()
                 try:
                     # as Aerospike's operate (TTL_DONT_UPDATE): a record with a TTL keeps it
                     self._store(conn, key, bins, current_generation + 1, expires_ns, stored_size=stored_size)

@@ -590,3 +590,46 @@ def test_a_guarded_write_waiting_for_another_writer_holds_no_snapshot_a_checkpoi
     other._writer_lock(False)
     thread.join(10)
     assert written == [{}] and writer.get(key).bins == {"n": 2}  # type: ignore[union-attr]
+
+
+def test_removing_an_expired_record_says_there_was_none(store: Store, key: RecordKey) -> None:
+    store.backend.put(key, {"n": 1}, ttl=1)
+    store.advance(2.5)
+    assert store.backend.get(key) is None
+    assert store.backend.remove(key) is False
+
+
+def test_a_replacing_put_that_would_remove_a_bin_is_refused_and_keeps_the_record(
+    store: Store, key: RecordKey
+) -> None:
+    store.backend.put(key, {"a": 1, "b": 2})
+    for bins in ({"a": None}, {"a": None, "c": 3}):
+        with pytest.raises(errors.BackendUsageError):
+            store.backend.put(key, bins, mode=WriteMode.REPLACE)
+    assert store.backend.get(key).bins == {"a": 1, "b": 2}  # type: ignore[union-attr]
+    with pytest.raises(errors.BackendUsageError):  # a read of no bin, as well
+        store.backend.get(key, [])
+
+
+def test_generations_go_from_the_last_to_one_as_on_aerospike(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path / "generations.db")
+    key = RecordKey("test", "generations", "k")
+    backend.put(key, {"n": 1})
+    assert backend._conn is not None
+    backend._conn.execute("UPDATE records SET generation=65534")  # as after 65,533 more writes
+    backend.put(key, {"n": 2})
+    assert backend.get(key).generation == 65535  # type: ignore[union-attr]
+    backend.operate(key, [Write("n", 3)])
+    assert backend.get(key).generation == 1  # type: ignore[union-attr]
+    backend.put(key, {"n": 4}, generation=1)  # and a write guarded by it goes on
+    assert backend.get(key).generation == 2  # type: ignore[union-attr]
+
+
+def test_compacting_a_file_that_is_no_store_any_more_is_a_store_file_error(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path / "compacted.db")
+    backend.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path}/compacted.db{suffix}").unlink(missing_ok=True)
+    (tmp_path / "compacted.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(errors.StoreFileError):
+        backend.compact()

@@ -41,8 +41,11 @@ def check_bin_values(key: RecordKey, bins: dict[str, Any]) -> None:
     float key comes back empty, a str is cut at a NUL), while msgpack would
     keep a tuple as a list. None is not a value: it deletes the bin. An
     operation's values are the caller's to check (the queue checks its
-    entries before it writes them); one that no bin can hold at all is a
-    ``BackendUsageError`` from either store.
+    entries before it writes them: checking them again at every command
+    would cost every enqueue); one that no bin can hold at all is a
+    ``BackendUsageError`` from either store. There the stores differ: in an
+    operation, Aerospike refuses a tuple, a set or an int past 64 bits, which
+    the embedded store keeps (as a list, as an unsigned int).
     """
     for name, value in bins.items():
         if value is not None and (problem := unstorable(value)) is not None:

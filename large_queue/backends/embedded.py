@@ -135,6 +135,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+#: Aerospike keeps a record's generation in 16 bits, and goes from the last to 1 (0 is "no record")
+_LAST_GENERATION = 0xFFFF
+
+
+def _after(generation: int) -> int:
+    """The generation a write gives a record at ``generation``: as Aerospike, 65535 is followed by 1."""
+    return generation + 1 if generation < _LAST_GENERATION else 1
+
+
 def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
     """The bins stored for the record ``where`` (namespace, set, key)."""
     try:
@@ -432,6 +441,8 @@ class EmbeddedBackend(Backend):
             return None
         if bins is None:
             return Record(loaded[0], loaded[1])
+        if not bins:  # as Aerospike: a select of no bin is a malformed request
+            raise misuse(key, ValueError("a read of no bin: give bin names, or None for the whole record"))
         return Record({name: loaded[0][name] for name in bins if name in loaded[0]}, loaded[1])
 
     def put(
@@ -450,6 +461,12 @@ class EmbeddedBackend(Backend):
             raise errors.BackendUsageError(f"a put to {key.set_name}/{key.user_key} names no bin", code=-2)
         self._check_bins(bins)
         check_bin_values(key, bins)
+        if mode is WriteMode.REPLACE and any(value is None for value in bins.values()):
+            raise errors.BackendUsageError(  # as Aerospike, which refuses it and keeps the record
+                f"a put to {key.set_name}/{key.user_key} that replaces the record cannot also remove a bin"
+                " (None): leave the bin out",
+                code=4,
+            )
         with self._transaction(write=True) as conn:
             loaded = self._load(conn, key)
             if loaded is not None and mode is WriteMode.CREATE_ONLY:
@@ -474,7 +491,7 @@ class EmbeddedBackend(Backend):
             if loaded is None:
                 self._store(conn, key, merged, 1, expires, stored_size=None)
             else:
-                self._store(conn, key, merged, loaded[1] + 1, expires, stored_size=loaded[3])
+                self._store(conn, key, merged, _after(loaded[1]), expires, stored_size=loaded[3])
 
     def operate(
         self,
@@ -566,7 +583,9 @@ class EmbeddedBackend(Backend):
                     raise StaleSnapshot()
                 try:
                     # as Aerospike's operate (TTL_DONT_UPDATE): a record with a TTL keeps it
-                    self._store(conn, key, bins, current_generation + 1, expires_ns, stored_size=stored_size)
+                    self._store(
+                        conn, key, bins, _after(current_generation), expires_ns, stored_size=stored_size
+                    )
                 except sqlite3.OperationalError as exc:
                     if optimistic and ("locked" in str(exc) or "busy" in str(exc)):
                         raise StaleSnapshot() from exc
@@ -578,15 +597,16 @@ class EmbeddedBackend(Backend):
         self._count()
         self._check_key(key)
         with self._transaction(write=True) as conn:
-            cursor = conn.execute(
-                "DELETE FROM records WHERE namespace=? AND set_name=? AND user_key=?",
+            gone = conn.execute(
+                "DELETE FROM records WHERE namespace=? AND set_name=? AND user_key=? RETURNING expires_ns",
                 (key.namespace, key.set_name, key.user_key),
-            )
-            removed = cursor.rowcount > 0
+            ).fetchall()
+            # an expired row still stored goes too, but was no record (as Aerospike says)
+            removed = bool(gone) and (gone[0][0] is None or gone[0][0] > self.clock())
             group = self._group
-            if removed and group is not None:
+            if gone and group is not None:
                 group.reclaim = True  # vacuuming now would end the group's transaction: it does so at its end
-        if removed and group is None:
+        if gone and group is None:
             self._reclaim()
         return removed
 
@@ -610,7 +630,10 @@ class EmbeddedBackend(Backend):
         free one page of an incremental vacuum).
         """
         with self._lock:
-            conn = self._connection()
+            try:
+                conn = self._connection()
+            except (sqlite3.Error, OSError) as exc:
+                raise store_file_error(self.path, exc) from exc
             self._writer_lock(True)
             try:
                 conn.executescript(script)

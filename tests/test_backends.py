@@ -633,3 +633,16 @@ def test_compacting_a_file_that_is_no_store_any_more_is_a_store_file_error(tmp_p
     (tmp_path / "compacted.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(errors.StoreFileError):
         backend.compact()
+
+
+def test_a_write_to_a_store_file_deleted_while_open_is_refused_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "deleted.db"
+    backend = EmbeddedBackend(path)
+    key = RecordKey("test", "deleted", "k")
+    backend.put(key, {"n": 1})
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(errors.StoreFileError, match="deleted or replaced while this process had it open"):
+        backend.put(key, {"n": 2})
+    backend.put(key, {"n": 3})  # the next command opens the file at the path: a new store
+    assert EmbeddedBackend(path).get(key).bins == {"n": 3}  # type: ignore[union-attr]

@@ -135,6 +135,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The device and inode of the file at ``path`` (None if there is none)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 #: Aerospike keeps a record's generation in 16 bits, and goes from the last to 1 (0 is "no record")
 _LAST_GENERATION = 0xFFFF
 
@@ -200,6 +209,7 @@ class EmbeddedBackend(Backend):
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
+        self._file_id: tuple[int, int] | None = None  # device and inode of the file the connection opened
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
         self._good_bins: set[str] = set()  # bin names already found valid (a queue uses a dozen)
         self._group: Group | None = None  # the group of commands open, seen only by the thread holding _lock
@@ -244,6 +254,7 @@ class EmbeddedBackend(Backend):
             self._conn = conn
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
             self._pid = os.getpid()
+            self._file_id = _file_id(self.path)
         return self._conn
 
     def _writer_lock(self, hold: bool, *, wait: bool = True) -> bool:
@@ -276,6 +287,7 @@ class EmbeddedBackend(Backend):
         while True:
             try:
                 fcntl.flock(self._writer_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._still_the_file()
                 return True
             except BlockingIOError:
                 if not wait:
@@ -291,6 +303,29 @@ class EmbeddedBackend(Backend):
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.0002)
+
+    def _still_the_file(self) -> None:
+        """(holding the writer lock) ``StoreFileError`` if the file at the path is not the one open.
+
+        SQLite writes on through its open handle to a file deleted (or
+        replaced) under it, where no other process will ever read: every
+        write from then on would be lost without a word. A writer checks
+        first (one ``stat``), drops its handle and says so; the next command
+        opens whatever file is at the path then, as a new process would.
+        """
+        if self._file_id is None or _file_id(self.path) == self._file_id:
+            return
+        assert fcntl is not None and self._writer_file is not None
+        fcntl.flock(self._writer_file, fcntl.LOCK_UN)
+        if self._conn is not None:
+            self._conn.close()
+        self._writer_file.close()
+        self._conn, self._writer_file, self._file_id = None, None, None
+        raise errors.StoreFileError(
+            f"store file {self.path} was deleted or replaced while this process had it open: nothing was"
+            " written; the next command opens the file that is there now (or makes a new one)",
+            code=-1,
+        )
 
     def grouped(self) -> Group:
         """The commands sent inside, in one SQLite transaction (see :mod:`._transactions`)."""

@@ -636,7 +636,8 @@ class EmbeddedBackend(Backend):
                 "DELETE FROM records WHERE namespace=? AND set_name=? AND user_key=? RETURNING expires_ns",
                 (key.namespace, key.set_name, key.user_key),
             ).fetchall()
-            # an expired row still stored goes too, but was no record (as Aerospike says)
+            # an expired row still stored goes too, but was no record (as Aerospike says once its
+            # expiry thread has reaped it; before, Aerospike says True)
             removed = bool(gone) and (gone[0][0] is None or gone[0][0] > self.clock())
             group = self._group
             if gone and group is not None:

@@ -67,6 +67,10 @@ class Recording(Delegating):
         finally:
             self.log.append(Command(GROUP_END, (), {}))
 
+    def waiting_at_most(self, seconds: float | None) -> contextlib.AbstractContextManager[None]:
+        """The inner store's bound on waits (not logged: it sends nothing)."""
+        return self.inner.waiting_at_most(seconds)
+
     def close(self) -> None:
         """Nothing to close: the inner store belongs to the caller."""
 

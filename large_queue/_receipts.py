@@ -434,10 +434,13 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
     """See :meth:`large_queue.Queue.outcome`."""
     queue.counters.bump("commands")
     try:
-        found = queue.backend.operate(
-            queue.keys.metadata,
-            [Read(rec.RECEIPTS), Read(rec.LOCK_OWNER), Read(rec.INCARNATION), READ_STORE_CLOCK],
-        )
+        # In a group: on the embedded store it waits for another process's group in flight (a call
+        # between its lock and its commit, which no reader sees yet), so "not committed" stays true.
+        with queue.backend.grouped():
+            found = queue.backend.operate(
+                queue.keys.metadata,
+                [Read(rec.RECEIPTS), Read(rec.LOCK_OWNER), Read(rec.INCARNATION), READ_STORE_CLOCK],
+            )
     except errors.RecordNotFoundError:
         raise queue.lock.replaced_error(created_again=False) from None
     if found.get(rec.INCARNATION) != queue.incarnation:

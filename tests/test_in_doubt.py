@@ -108,6 +108,23 @@ def test_dequeue_with_lost_commit_reply_names_the_entries(
     assert queue.dequeue().value == "c"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("appends", ["lock", "reserve"])
+def test_a_lock_release_or_hint_in_doubt_changes_no_answer(store: Store, appends: str) -> None:
+    name = store.new_queue(capacity=6, slots_per_record=3, appends=appends).name
+    backend = FaultInjectingBackend(store.backend)
+    queue = Queue.open(backend, name)
+    backend.inject(lambda call: call.is_commit, applied=True)
+    assert queue.dequeue() is None  # an empty queue: only the lock (and hints) were in doubt
+    queue.enqueue("a")
+    assert [e.value for e in queue.dequeue_batch(1, txn_id="t1")] == ["a"]
+    backend.inject(lambda call: call.is_commit, applied=True)
+    assert [e.value for e in queue.dequeue_batch(1, txn_id="t1")] == ["a"]  # from its receipt
+    backend.inject(lambda call: call.is_commit, applied=True)
+    assert queue.dequeue(txn_id="t2") is None
+    assert backend.injected == 3
+    assert queue.stats().outcomes_unknown == 0 and queue.info().lock_owner is None
+
+
 def test_timeouts_that_persist_surface_and_release_the_lock(
     faulty: tuple[FaultInjectingBackend, Queue],
 ) -> None:

@@ -523,6 +523,15 @@ class Backend(ABC):
         """
         return functools.partial(self.operate, key, operations, condition=condition)
 
+    def waiting_at_most(self, seconds: float | None) -> contextlib.AbstractContextManager[None]:
+        """Commands this thread sends inside wait ``seconds`` at most for other processes' commands.
+
+        Where a store makes commands wait on each other (the embedded
+        store's writer lock), a caller's deadline bounds that wait
+        (``BackendBusyError`` past it); elsewhere it changes nothing.
+        """
+        return contextlib.nullcontext()
+
     def grouped(self) -> contextlib.AbstractContextManager[None]:
         """Commands sent inside this context, in one transaction where the store has them.
 

@@ -119,6 +119,10 @@ class Delegating(Backend):
         """The inner store's group."""
         return self.inner.grouped()
 
+    def waiting_at_most(self, seconds: float | None) -> contextlib.AbstractContextManager[None]:
+        """The inner store's bound on waits."""
+        return self.inner.waiting_at_most(seconds)
+
     def max_record_bytes(self, namespace: str) -> int:
         """The inner store's limit."""
         limit: int = self.inner.max_record_bytes(namespace)

@@ -206,6 +206,7 @@ class EmbeddedBackend(Backend):
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._lock = threading.RLock()  # made anew in a forked child (see _after_fork)
+        self._waits = threading.local()  # a thread's deadline for the writer lock (see waiting_at_most)
         self._conn: sqlite3.Connection | None = None
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
@@ -295,9 +296,13 @@ class EmbeddedBackend(Backend):
             now = time.monotonic()
             if deadline is None:
                 deadline = now + self._busy_timeout
+                callers = getattr(self._waits, "deadline", None)  # see waiting_at_most
+                waited = f"{self._busy_timeout:g} s"
+                if callers is not None and callers < deadline:
+                    deadline, waited = callers, "as long as the caller would wait"
             elif now >= deadline:
                 raise errors.BackendBusyError(
-                    f"store file {self.path} stayed locked by another process for {self._busy_timeout:g} s"
+                    f"store file {self.path} stayed locked by another process for {waited}"
                     " (a process stopped or paused inside a command holds every writer up)",
                     code=-14,
                 )
@@ -326,6 +331,20 @@ class EmbeddedBackend(Backend):
             " written; the next command opens the file that is there now (or makes a new one)",
             code=-1,
         )
+
+    @contextlib.contextmanager
+    def waiting_at_most(self, seconds: float | None) -> Iterator[None]:
+        """Commands this thread sends inside wait for another process's writer lock ``seconds`` at
+        most (``BackendBusyError``), not ``busy_timeout``: a caller's deadline (``dequeue(timeout=)``)."""
+        if seconds is None:
+            yield
+            return
+        outer = getattr(self._waits, "deadline", None)
+        self._waits.deadline = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self._waits.deadline = outer
 
     def grouped(self) -> Group:
         """The commands sent inside, in one SQLite transaction (see :mod:`._transactions`)."""

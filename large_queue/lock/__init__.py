@@ -521,6 +521,12 @@ class QueueLock:
         (format 4): this head move may pass unpublished offsets below it.
         """
         operations: list[Operation] = [Write(LOCK_OWNER, NO_OWNER)]
+        # whether it changes what callers see (head, tail, groups); else only hints and the lock
+        changes = (
+            (head is not None and head != grant.head)
+            or (tail is not None and tail != grant.tail)
+            or (groups is not None and tuple(groups) != grant.groups)
+        )
         if head is not None and head != grant.head:
             # an overwriting producer may have moved the head past ours meanwhile (format 3)
             operations.append(
@@ -536,6 +542,12 @@ class QueueLock:
             operations.append(Write(ERASED_BELOW, erased_below))
         if groups is not None and tuple(groups) != grant.groups:
             operations.append(Write(GROUPS, list(groups)))
+        if receipt is None and not changes:  # in doubt, it changed nothing a caller's result depends on
+            try:
+                self._guarded(grant, operations, "the commit", known, count_unknown=False)
+            except errors.OutcomeUnknownError:  # the lock is free, or expires; the hints grow again
+                log.info("queue %r: a commit that changed no head or tail timed out", self.keys.name)
+            return
         if receipt is None:
             self._guarded(grant, operations, "the commit", known)
             return
@@ -566,9 +578,27 @@ class QueueLock:
 
         Releasing only frees the lock this grant holds, so it is allowed even in
         a queue created again since: a handle that finds its queue replaced does
-        not leave the new queue locked until the lock expires.
+        not leave the new queue locked until the lock expires. A release whose
+        outcome cannot be told (it timed out, and its repeat found the lock not
+        ours) changes nothing the caller's result depends on: the lock is free,
+        or will be when it expires. It is logged, not raised::
+
+            t=0  D dequeues from an empty queue: acquire, read, nothing there.
+            t=1  D's release times out; the store may have applied it.
+            t=2  D's repeat is refused: the first applied (the lock is free,
+                 maybe taken by E since), or E broke it meanwhile.
+            t=3  D returns None: its dequeue took nothing, whichever it was.
         """
-        self._guarded(grant, [Write(LOCK_OWNER, NO_OWNER)], "releasing the lock", same_queue=False)
+        try:
+            self._guarded(
+                grant,
+                [Write(LOCK_OWNER, NO_OWNER)],
+                "releasing the lock",
+                same_queue=False,
+                count_unknown=False,
+            )
+        except errors.OutcomeUnknownError:
+            log.info("queue %r: a release of the lock timed out; it is free, or expires", self.keys.name)
 
 
 class ReleasingOnError:
@@ -616,6 +646,22 @@ class Holding:
         self._releasing: ReleasingOnError | None = None
 
     def __enter__(self) -> LockGrant:
+        try:
+            with self.lock.backend.waiting_at_most(self.within):  # the embedded store's writer lock too
+                grant = self._acquire()
+        except errors.BackendBusyError as exc:
+            if self.within is None:
+                raise
+            raise errors.LockNotAcquiredError(  # the caller's deadline came first: as a busy lock's
+                f"could not acquire the lock of queue {self.lock.keys.name!r} within {self.within:g} s:"
+                f" {exc}",
+                queue=self.lock.keys.name,
+                txn_id=self.txn_id,
+            ) from exc
+        self._releasing = ReleasingOnError(self.lock, grant)
+        return grant
+
+    def _acquire(self) -> LockGrant:
         group = self.lock.backend.grouped()
         group.__enter__()
         try:
@@ -628,7 +674,6 @@ class Holding:
             raise
         else:
             self._group = group
-        self._releasing = ReleasingOnError(self.lock, grant)
         return grant
 
     def __exit__(

@@ -142,8 +142,9 @@ def drop_expired(queue: Queue) -> range:
 def purge(queue: Queue) -> range:
     """Move the head to the tail: every entry leaves at once; return the offsets dropped.
 
-    The lock's acquire and its commit (two round trips), whatever the queue
-    holds. Where producers append without the lock, the tail is where they
+    The lock's acquire and its commit, whatever the queue holds, then one
+    write for the cluster shim and one for each consumer group (their owners
+    are fenced). Where producers append without the lock, the tail is where they
     have reserved to, so an enqueue in flight when the purge commits (its
     offsets reserved, not yet published) is dropped with the rest: its
     producer is told it succeeded, as it would be had it published a moment

@@ -594,7 +594,7 @@ class Queue:
     def create_group(self, name: str) -> bool:
         """Create consumer group ``name`` at the head (it sees every entry still queued); False if it exists.
 
-        From then on the queue refuses destructive dequeues. 2 round trips under the queue lock.
+        From then on the queue refuses destructive dequeues. 5 round trips under the queue lock.
         """
         from large_queue.cluster import _groups
 
@@ -715,11 +715,11 @@ class Queue:
     def purge(self) -> range:
         """Drop every entry now: the head moves to the tail; return the offsets dropped.
 
-        Takes the lock: two round trips. An enqueue still in flight when it
-        commits (reserved, not yet published) is dropped too; one that
-        commits after it is kept. Consumer groups and the cluster shim count
-        the dropped offsets they had not acked as lost. See
-        :func:`large_queue._retention.purge`.
+        Takes the lock: three round trips, and one more for each consumer
+        group. An enqueue still in flight when it commits (reserved, not yet
+        published) is dropped too; one that commits after it is kept.
+        Consumer groups and the cluster shim count the dropped offsets they
+        had not acked as lost. See :func:`large_queue._retention.purge`.
         """
         return _retention.purge(self)
 

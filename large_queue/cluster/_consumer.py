@@ -381,6 +381,11 @@ class Consumer:
                 f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} was never started:"
                 " use it as a context manager (with queue.consumer(...) as consumer) or call start() first"
             )
+        if self._closed.is_set():  # (one closed while a receive waits ends that receive with [])
+            raise errors.InvalidArgumentError(
+                f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} is closed: it delivers"
+                " nothing more (make a new one)"
+            )
         if type(max_entries) is not int or max_entries < 1:
             raise errors.InvalidArgumentError(f"max_entries must be a positive int, got {max_entries!r}")
         if timeout is not None:
@@ -433,7 +438,7 @@ class Consumer:
             where = self._lost_range
             raise errors.DataLossError(
                 f"{self._lost - lost} entries of queue {self.queue.name!r} (offsets {where.start}.."
-                f"{where.stop - 1}) were overwritten by producers or dropped for their age (max_age)"
+                f"{where.stop - 1}) were overwritten by producers, dropped for their age (max_age) or purged"
                 f" before {self._who()} acked them (they are counted as lost; the next receive goes on"
                 " after them)",
                 queue=self.queue.name,
@@ -556,7 +561,7 @@ class Consumer:
         counts = {"lost": self._lost + lost} if lost else {}
         if lost:
             log.warning(
-                "queue %r: %s lost %d entries (overwritten by producers, or older than max_age)",
+                "queue %r: %s lost %d entries (overwritten by producers, older than max_age, or purged)",
                 self.queue.name,
                 self._who(),
                 lost,

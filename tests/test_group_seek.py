@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 import pytest
 
 from large_queue import GroupNotFoundError, InvalidArgumentError, OwnershipLostError, Queue
 from large_queue.cli import main
-from large_queue.cluster import Consumer, Message
+from large_queue.cluster import Message
 from tests.fix_backends import Place, Store
-
-FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
-
-
-def _receive(consumer: Consumer, count: int, timeout: float = 5.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.receive(count - len(got), timeout=0.2)
-    return got
+from tests.test_consumer_groups import FAST
+from tests.test_consumer_groups import _receive_all as _receive
 
 
 def _values(messages: list[Message]) -> list[Any]:

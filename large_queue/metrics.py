@@ -56,7 +56,7 @@ def _description(name: str) -> str:
         "locks_lost": "Operations that ended with LockLostError (nothing of them became visible)",
         "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
-        "entries_overwritten": "Entries found overwritten before they were dequeued",
+        "entries_overwritten": "Entries dropped by overwriting appends before they were dequeued",
         "entries_expired": "Entries dropped from the head for being older than the queue's max_age",
         "entries_purged": "Entries dropped by this handle's purges",
     }

@@ -48,7 +48,7 @@ from large_queue._read_ahead import ReadAhead
 from large_queue._stats import Counters, QueueStats
 from large_queue._txn import txn_id as _txn_id
 from large_queue._waiting import IdlePoller
-from large_queue.appends import Appender
+from large_queue.appends import Appender, dropped
 from large_queue.appends._prefix import HoleWatch
 from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
@@ -328,7 +328,8 @@ class Queue:
         """Append one entry; return its offset.
 
         ``QueueFullError`` if the queue is full, unless ``overwrite_if_full``,
-        which drops the oldest entry instead. Costs 3 round trips (2 where
+        which drops the oldest entry instead (counted in ``stats().entries_overwritten``
+        and logged as a warning). Costs 3 round trips (2 where
         producers append without the lock). With ``txn_id`` the call is
         idempotent: see :meth:`enqueue_batch`.
         """
@@ -424,6 +425,7 @@ class Queue:
             offsets = range(new_tail - count, new_tail)
             put = self.receipts.committed(txn, _receipts.ENQUEUE, offsets) if mine else None
             self.lock.commit(grant, head=new_head, tail=new_tail, receipt=put, known={"offsets": offsets})
+        dropped(self.counters, self.name, grant.head, new_head)
         self.counters.add(enqueue_calls=1, entries_enqueued=count)
         return offsets
 

@@ -60,15 +60,22 @@ def test_empty_and_full_edges(store: Store) -> None:
     assert queue.info().lock_owner is None
 
 
-def test_overwrite_if_full_drops_oldest(store: Store) -> None:
-    queue = store.new_queue(capacity=6, slots_per_record=3)
+@pytest.mark.parametrize("appends", ["reserve", "lock"])
+def test_overwrite_if_full_drops_oldest(store: Store, appends: str, caplog: pytest.LogCaptureFixture) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
     queue.enqueue_batch(range(6))
     assert queue.enqueue(6, overwrite_if_full=True) == 6
     assert queue.enqueue_batch([7, 8], overwrite_if_full=True) == range(7, 9)
     info = queue.info()
     assert (info.head_offset, info.tail_offset) == (3, 9)
     assert queue.get(2) is None  # dropped
+    # the producer that dropped entries counts and logs them: nobody else may ever see the loss
+    assert queue.stats().entries_overwritten == 3
+    dropped = [r.getMessage() for r in caplog.records if "overwrite_if_full dropped" in r.getMessage()]
+    assert len(dropped) == 2 and "1 entries (offsets 0..0)" in dropped[0] and "(offsets 1..2)" in dropped[1]
     assert drain(queue) == [3, 4, 5, 6, 7, 8]
+    queue.enqueue(9, overwrite_if_full=True)  # there is room: nothing dropped
+    assert queue.stats().entries_overwritten == 3
 
 
 def test_offset_reads_live_dequeued_and_overwritten(store: Store) -> None:

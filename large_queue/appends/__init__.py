@@ -78,6 +78,7 @@ from large_queue._stats import Counters
 from large_queue.backends import (
     Backend,
     Compute,
+    Evaluate,
     Increment,
     ListGetRange,
     ListSet,
@@ -228,6 +229,32 @@ def slots_below(incarnation: str, runs: Sequence[SlotRun]) -> Condition:
     return Bound(_runs_below(len(runs)), values)
 
 
+#: the result under which an overwriting reservation reads the head it found, and the operation
+_HEAD_BEFORE = "head_before"
+_READ_HEAD_BEFORE = Evaluate(_HEAD_BEFORE, IntBin(rec.HEAD))
+
+
+def dropped(counters: Counters, queue_name: str, old_head: int, new_head: int) -> None:
+    """Count and log the entries an overwriting append dropped: offsets ``old_head..new_head-1``.
+
+    They were never dequeued: the append moved the head past them to make
+    room (``overwrite_if_full``). Consumers that meet the loss count it
+    again as theirs (a group's ``lost``); a plain queue's only record of it
+    is this count (``entries_overwritten``) and the warning.
+    """
+    if new_head <= old_head:
+        return
+    counters.add(entries_overwritten=new_head - old_head)
+    log.warning(
+        "queue %r: an append with overwrite_if_full dropped %d entries (offsets %d..%d) before they were"
+        " dequeued",
+        queue_name,
+        new_head - old_head,
+        old_head,
+        new_head - 1,
+    )
+
+
 @functools.lru_cache(maxsize=256)
 def _reserving(count: int, overwriting_capacity: int | None, marked: bool = False) -> tuple[Operation, ...]:
     """A reservation's operations: the tail grows by ``count`` (and, overwriting, the head follows).
@@ -238,6 +265,7 @@ def _reserving(count: int, overwriting_capacity: int | None, marked: bool = Fals
     """
     operations: list[Operation] = [Increment(rec.TAIL, count)]
     if overwriting_capacity is not None:
+        operations.append(_READ_HEAD_BEFORE)  # what the head passes is counted and logged (see dropped)
         operations.append(Compute(rec.HEAD, _PAST_OLDEST, {"capacity": overwriting_capacity}))
         if marked:
             operations.append(
@@ -354,6 +382,9 @@ class Appender:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.bump("reservations")
             tail: int = result[rec.TAIL]
+            if overwrite:
+                head_before: int = result[_HEAD_BEFORE]
+                dropped(self.counters, self.keys.name, head_before, max(head_before, tail - capacity))
             return tail - count, result[STORE_CLOCK]
         raise AssertionError("ATTEMPTS must be positive")
 

@@ -66,12 +66,13 @@ def test_a_second_consumer_with_the_same_node_id_takes_over_and_fences_the_first
         first.close()
 
 
+@pytest.mark.parametrize("group", [None, "g"])
 def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
-    store: Store, caplog: pytest.LogCaptureFixture
+    store: Store, group: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = store.new_queue()
     queue.enqueue_batch([1, 2, 3])
-    with queue.consumer("n1", **FAST) as consumer:
+    with queue.consumer("n1", group=group, **FAST) as consumer:  # a group's records go with the queue
         consumer.ack(_receive(consumer, 1))  # what it read ahead is in hand: the next take reads nothing
         assert Queue.delete(store.backend, queue.name)
         with pytest.raises(QueueNotFoundError):

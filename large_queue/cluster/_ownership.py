@@ -274,8 +274,16 @@ class Ownership:
         )
 
     def missing(self) -> errors.QueueError:
-        """The error for an owner record that is not there."""
+        """The error for an owner record that is not there: the queue's own if the queue is gone.
+
+        A group's record goes with its queue; ``QueueNotFoundError`` (one read
+        of the metadata record, on this path only) then says what happened.
+        """
         if self.group is not None:
+            try:
+                self.queue.current_metadata()
+            except errors.QueueNotFoundError as gone:
+                return gone
             return errors.GroupNotFoundError(
                 f"queue {self.queue.name!r} has no consumer group {self.group!r} (it was deleted,"
                 " or never created)",

@@ -420,6 +420,29 @@ def test_a_cursor_committed_past_the_tail_is_refused_and_the_queue_stays_whole(s
     assert queue.group("spark").acked_offset == 2
 
 
+def test_an_ungrouped_consumer_running_when_a_group_is_made_stops_delivering(store: Store) -> None:
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    queue.enqueue_batch([0, 1, 2, 3, 4, 5])
+    with queue.consumer("u1", **FAST) as consumer:
+        consumer.ack(_receive_all(consumer, 2))
+        held = _receive_all(consumer, 1)
+        assert queue.create_group("g")
+        with pytest.raises(GroupsInUseError):  # not entries 3.. to both it and the group
+            consumer.receive(4, timeout=0.3)
+        time.sleep(0.3)  # watcher ticks: none takes the queue back
+        with pytest.raises(GroupsInUseError):
+            consumer.receive(4, timeout=0.3)
+        assert not consumer.owning
+        with pytest.raises(errors.OwnershipLostError):  # fenced: what it held is the group's to deliver
+            consumer.ack(held)
+        with queue.consumer("g1", group="g", **FAST) as grouped:
+            assert [m.value for m in _receive_all(grouped, 6)] == [2, 3, 4, 5]  # from the head it made
+        assert queue.delete_group("g")
+        time.sleep(0.3)  # its watcher's next tick finds no group: it takes the queue again
+        # what it held comes again, then the rest
+        assert sorted(m.value for m in _receive_all(consumer, 4)) == [2, 3, 4, 5]
+
+
 def test_entries_in_flight_to_a_dead_ungrouped_consumer_survive_a_group_made_and_deleted(
     store: Store,
 ) -> None:

@@ -209,12 +209,8 @@ class Consumer:
             return self
         if self.group is not None:
             _groups.ensure(self.queue, self.group)
-        elif groups := self.queue.current_metadata().groups:
-            raise errors.GroupsInUseError(
-                f"queue {self.queue.name!r} is consumed by groups {list(groups)}: consume it as one of"
-                " them (group=...), or delete them to consume it without a group",
-                queue=self.queue.name,
-            )
+        else:
+            self._refuse_groups(self.queue.current_metadata().groups)
         self.ownership.join()
         self._tick(starting=True)
         self._thread = threading.Thread(target=self._run, name=f"large-queue-{self.node_id}", daemon=True)
@@ -330,6 +326,26 @@ class Consumer:
                     offset=message.offset,
                 )
             self.deliveries.extended(message.offset, seconds)
+
+    def _refuse_groups(self, groups: tuple[str, ...]) -> None:
+        """``GroupsInUseError`` (ownership ended) if this consumer has no group and ``groups`` exist.
+
+        Checked at start, before each take of the queue and at each read of
+        the metadata record while owning: a group made meanwhile fenced this
+        consumer (:func:`_groups.create`), and it must not take the queue back.
+        """
+        if self.group is not None or not groups:
+            return
+        self._lose()
+        said = self._gone is not None
+        self._gone = errors.GroupsInUseError(
+            f"queue {self.queue.name!r} is consumed by groups {list(groups)}: consume it as one of"
+            " them (group=...), or delete them to consume it without a group",
+            queue=self.queue.name,
+        )
+        if not said and self._thread is not None:  # said once, as the watcher says a deleted queue
+            log.warning("node %r: %s", self.node_id, self._gone)
+        raise self._gone
 
     def _current(self, messages: list[Message]) -> list[Message]:
         """``messages``, checked to be this consumer's and this ownership's latest deliveries (else raise).
@@ -461,6 +477,7 @@ class Consumer:
         candidates = range(self._cursor, self._cursor + max(budget, 0))
         read = read_slots(self.queue, redeliver, candidates, self._seen_tail, self._ahead)
         if read.metadata is not None:
+            self._refuse_groups(read.metadata.groups)
             self._queue_head, self._seen_tail = read.metadata.head, read.metadata.tail
         slot_at = read.slot_at
         # Below the head: dropped by overwriting producers before this consumer acked them.
@@ -716,7 +733,8 @@ class Consumer:
 
         A queue (or group) deleted under the consumer ends its ownership at
         once and is logged once, not at every poll; every ``receive`` from
-        then on raises it (``QueueNotFoundError``, ``GroupNotFoundError``),
+        then on raises it (``QueueNotFoundError``, ``GroupNotFoundError``; a
+        consumer with no group, ``GroupsInUseError`` once groups were made),
         so a loop over the consumer ends instead of waiting for ever, until
         a tick finds it again (a group made anew; a queue made anew is
         another queue to this consumer's handle: open it and make a new
@@ -728,7 +746,7 @@ class Consumer:
                 if self._gone is not None:
                     with self._lock:
                         self._gone = None
-            except (errors.QueueNotFoundError, errors.GroupNotFoundError) as exc:
+            except (errors.QueueNotFoundError, errors.GroupNotFoundError, errors.GroupsInUseError) as exc:
                 with self._lock:
                     self._lose()
                     if self._gone is None:
@@ -767,7 +785,7 @@ class Consumer:
                         self.queue.name,
                         state.epoch,
                     )
-                if self.ownership.take(state, owner_gone=silent and bool(state.instance)):
+                if self._take(state, owner_gone=silent and bool(state.instance)):
                     self._become_owner(self.ownership.read())
                 return
             if state.owner == self.node_id:
@@ -794,8 +812,14 @@ class Consumer:
                 candidates = self.ownership.live_interested(excluding=state.owner)
             else:
                 return
-            if successor(after, candidates) == self.node_id and self.ownership.take(state, owner_gone=gone):
+            if successor(after, candidates) == self.node_id and self._take(state, owner_gone=gone):
                 self._become_owner(self.ownership.read())
+
+    def _take(self, state: OwnerState, *, owner_gone: bool) -> bool:
+        """Take the queue from ``state`` (see :meth:`Ownership.take`); refused while groups consume it."""
+        if self.group is None:
+            self._refuse_groups(self.queue.current_metadata().groups)
+        return self.ownership.take(state, owner_gone=owner_gone)
 
     def _become_owner(self, state: OwnerState) -> None:
         if state.owner != self.node_id or state.instance != self.ownership.instance:

@@ -126,6 +126,11 @@ def create(queue: Queue, name: str) -> bool:
              no record, or the generation it read at t=0), so the acked
              cursor stays; A gets LockLostError. Had B created g before A's
              renew at t=0, the renew would have failed instead.
+
+    The first group fences the queue's ungrouped consumer, if one owns it
+    (its next write is refused, as after a purge), under the same lock: from
+    then on it refuses to take the queue again and its ``receive`` raises
+    ``GroupsInUseError``, as its ``start`` would have.
     """
     check_new_group(name)
     keys = queue.keys.group(name)
@@ -158,6 +163,8 @@ def create(queue: Queue, name: str) -> bool:
                 break
             except (errors.RecordExistsError, errors.GenerationMismatchError, errors.RecordNotFoundError):
                 continue  # written since it was read: by a later lock holder (the renew says) or an old owner
+        if not grant.groups:
+            unseat(queue, None)
         queue.lock.commit(grant, groups=sorted([*grant.groups, name]))
     return True
 

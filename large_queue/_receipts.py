@@ -299,12 +299,14 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                 first, now_ms = queue.appender.reserve_stamped(
                     count, overwrite=overwrite, receipt=ReceiptWrite(receipt_put, guard, txn_id)
                 )
-                queue.appender.publish(first, values, now_ms)
+                # repeat: a call of this txn that found the receipt pending may have published it first
+                queue.appender.publish(first, values, now_ms, repeat=True)
             queue.counters.add(enqueue_calls=1, entries_enqueued=count)  # a repeat below is not counted so
             return range(first, first + count)
         except errors.ReservationClosedError:
-            # Our own publish was refused: nothing of this reservation was published, and only a
-            # call of this txn publishes it, so it is taken anew (its slots may be reused already).
+            # Our own publish was refused and the slots hold no entry: a reader closed the
+            # reservation and nothing of it was published. Only a call of this txn publishes
+            # it, so it is taken anew (its slots may be reused already).
             replacing = first
             _mark_closed(queue, txn_id, range(first, first + count))
         except Duplicate as duplicate:

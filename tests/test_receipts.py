@@ -133,6 +133,29 @@ def test_a_closed_reservation_is_reserved_again_by_the_retry(store: Store) -> No
     assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b"]
 
 
+@pytest.mark.parametrize("values", [["a"], ["a", "b", "c", "d"]])  # one record, and a batch spanning two
+def test_a_retry_that_publishes_a_call_still_under_way_leaves_one_copy(
+    store: Store, values: list[str]
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch(["x", "y"])  # the batch of four spans records 0 and 1
+    retry = Queue.open(store.backend, queue.name)  # another thread's (or process's) handle
+    publish = queue.appender.publish
+    answered: list[range] = []
+
+    def paused_then_published(first: int, *args: object, **kwargs: object) -> None:
+        # the first call is paused between its reservation and its publish; the retry finds
+        # the receipt pending and publishes the reserved offsets itself
+        if not answered:
+            answered.append(retry.enqueue_batch(values, txn_id="t1"))
+        publish(first, *args, **kwargs)  # type: ignore[arg-type]
+
+    queue.appender.publish = paused_then_published  # type: ignore[method-assign]
+    assert queue.enqueue_batch(values, txn_id="t1") == answered[0] == range(2, 2 + len(values))
+    assert _values(queue) == ["x", "y", *values]  # once, not a second time at new offsets
+    assert queue.outcome("t1").receipt.offsets == answered[0]  # type: ignore[union-attr]
+
+
 def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) -> None:
     backend, queue = _faulty(store, appends="reserve")
     # the batch 1..4 spans records 0 and 1: the first record is published, the last times out

@@ -815,7 +815,7 @@ class Consumer:
             if successor(after, candidates) == self.node_id and self._take(state, owner_gone=gone):
                 self._become_owner(self.ownership.read())
 
-    def _take(self, state: OwnerState, *, owner_gone: bool) -> bool:
+    def _take(self, state: OwnerState, *, owner_gone: bool) -> int | None:
         """Take the queue from ``state`` (see :meth:`Ownership.take`); refused while groups consume it."""
         if self.group is None:
             self._refuse_groups(self.queue.current_metadata().groups)

@@ -49,7 +49,7 @@ from large_queue.backends.conditions import (
     sub,
 )
 from large_queue.backends.embedded import _SCHEMA, EmbeddedBackend
-from tests.fix_backends import Store
+from tests.fix_backends import Place, Store
 
 
 @pytest.fixture
@@ -649,3 +649,42 @@ def test_a_write_to_a_store_file_deleted_while_open_is_refused_not_lost(tmp_path
         backend.put(key, {"n": 2})
     backend.put(key, {"n": 3})  # the next command opens the file at the path: a new store
     assert EmbeddedBackend(path).get(key).bins == {"n": 3}  # type: ignore[union-attr]
+
+
+def _read_until(stop: threading.Event, queue: Queue, raised: list[BaseException]) -> None:
+    while not stop.is_set():
+        try:
+            queue.info()
+        except BaseException as exc:  # every failure is looked at by the caller
+            raised.append(exc)
+
+
+def test_a_store_closed_while_threads_are_inside_its_calls_ends_them_with_library_errors(
+    place: Place,
+) -> None:
+    # The Aerospike client ends the process (SIGSEGV) when closed under another thread's call:
+    # closing waits for the calls under way, and later calls are refused before the client.
+    name = place.name("closing")
+    for _ in range(5):  # the crash came about one close in three
+        backend = place.connect()
+        queue = (
+            Queue.open(backend, name)
+            if name in Queue.names(backend)
+            else Queue.create(backend, name, capacity=10)
+        )
+        stop = threading.Event()
+        raised: list[BaseException] = []
+        threads = [threading.Thread(target=_read_until, args=(stop, queue, raised)) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.05)
+        backend.close()
+        time.sleep(0.05)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert all(isinstance(exc, errors.LargeQueueError) for exc in raised), raised
+        if place.kind == "aerospike":  # a closed client stays closed; the embedded store opens its file again
+            assert raised and all(isinstance(exc, errors.BackendUnavailableError) for exc in raised)
+            with pytest.raises(errors.BackendUnavailableError, match="was closed"):
+                queue.info()

@@ -17,6 +17,9 @@ not installed.
 from __future__ import annotations
 
 import functools
+import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -121,8 +124,61 @@ class _MappedErrors:
             raise translate(exc) from exc
 
 
+log = logging.getLogger("large_queue")
+
 #: ``with mapped_errors: ...`` turns client exceptions into library errors
 mapped_errors = _MappedErrors()
+
+#: how long closing a client waits for the calls under way (each is bounded by its own timeout)
+_CLOSE_WAIT = 60.0
+
+
+class _ClientCalls(_MappedErrors):
+    """A backend's calls into its client: mapped as :data:`mapped_errors`, and counted while under way.
+
+    The client ends the process (a segmentation fault) when it is closed
+    while another thread is inside one of its calls::
+
+        t=0    threads A and B send commands through one backend.
+        t=0.1  the application's shutdown calls backend.close().
+        t=0.1  close() marks the backend closed: from now on a call raises
+               BackendUnavailableError at once, without touching the client.
+        t=0.1+ close() waits for A's and B's commands to return (each is
+               bounded by its timeout), then closes the client.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._under_way = 0
+        self._closed = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise errors.BackendUnavailableError(
+                    "this Aerospike store was closed: connect again for a new one", code=-1
+                )
+            self._under_way += 1
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with self._lock:
+            self._under_way -= 1
+        super().__exit__(exc_type, exc, tb)
+
+    def close(self, client: Any) -> None:
+        """Refuse new calls, wait for those under way (up to a minute: logged past it), close ``client``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        deadline = time.monotonic() + _CLOSE_WAIT
+        while self._under_way and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if self._under_way:
+            log.warning("closing the Aerospike client with %d calls still under way", self._under_way)
+        client.close()
 
 
 #: what a namespace holds when its ``max-record-size`` is 0 (the server's default)
@@ -285,6 +341,7 @@ class AerospikeBackend(Backend):
         self.client = client
         self.default_namespace = namespace
         self._owns_client = owns_client
+        self._calls = _ClientCalls()
         # Reads may be retried by the client; writes never are (a timed-out
         # write may have been applied: only the caller can tell if repeating it is safe).
         self._read_policy: dict[str, Any] = {"total_timeout": total_timeout_ms, "max_retries": 2}
@@ -337,7 +394,7 @@ class AerospikeBackend(Backend):
         """Read a record (only ``bins`` where given: no others are sent), or None if it does not exist."""
         self._count()
         try:
-            with mapped_errors:
+            with self._calls:
                 if bins is None:
                     _, meta, found = self.client.get(self._key(key), policy=self._read_policy)
                 else:
@@ -365,7 +422,7 @@ class AerospikeBackend(Backend):
         check_bin_names(bins)  # the client's own refusal of a name that is not a str reads "unavailable"
         check_bin_values(key, bins)  # as the embedded store refuses them (the client keeps some changed)
         self._count()
-        with mapped_errors:
+        with self._calls:
             self.client.put(self._key(key), bins, meta=meta, policy=policy)
 
     def operate(
@@ -383,7 +440,7 @@ class AerospikeBackend(Backend):
             raise misuse(key, exc) from None
         self._count()
         try:
-            with mapped_errors:
+            with self._calls:
                 _, _, bins = self.client.operate(*arguments)
         except (errors.BackendUsageError, errors.BackendUnavailableError):
             check_bin_names(op.bin for op in operations)  # named as the embedded store names it
@@ -399,7 +456,7 @@ class AerospikeBackend(Backend):
 
         def send() -> dict[str, Any]:
             self._count()
-            with mapped_errors:
+            with self._calls:
                 _, _, bins = client_operate(*arguments)
             return bins or {}
 
@@ -477,7 +534,7 @@ class AerospikeBackend(Backend):
         command = self._operate_and_read_command(key, operations, read, condition)
         self._count()
         try:
-            with mapped_errors:
+            with self._calls:
                 batch = command()
         except errors.BackendTimeoutError as exc:
             raise errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True) from exc
@@ -525,7 +582,7 @@ class AerospikeBackend(Backend):
         command = self._operate_each_command(commands)
         self._count()
         try:
-            with mapped_errors:
+            with self._calls:
                 batch = command()
         except errors.BackendTimeoutError as exc:
             failure = errors.BackendTimeoutError(str(exc), code=exc.code, in_doubt=True)
@@ -572,7 +629,7 @@ class AerospikeBackend(Backend):
         """Delete a record; False if it did not exist."""
         self._count()
         try:
-            with mapped_errors:
+            with self._calls:
                 self.client.remove(self._key(key), policy=self._write_policy)
         except errors.RecordNotFoundError:
             return False
@@ -581,7 +638,7 @@ class AerospikeBackend(Backend):
     def batch_get(self, keys: Sequence[RecordKey]) -> list[Record | None]:
         """Read many records in one command; None where a record is missing."""
         self._count()
-        with mapped_errors:
+        with self._calls:
             batch = self.client.batch_read([self._key(k) for k in keys])
         records: list[Record | None] = []
         for found in _batch_results(batch):
@@ -594,7 +651,7 @@ class AerospikeBackend(Backend):
         """Read from many records in one command: each record's read operations, or all its bins."""
         command = self._batch_read_command(reads)
         self._count()
-        with mapped_errors:
+        with self._calls:
             batch = command()
         results: list[dict[str, Any] | None] = []
         for found in _batch_results(batch, [operations is not None for _, operations in reads]):
@@ -623,14 +680,14 @@ class AerospikeBackend(Backend):
         query.select()  # keys only: no bins
         found: set[str] = set()
         policy = {"expressions": exp.Eq(exp.KeyStr(), user_key).compile()}
-        with mapped_errors:
+        with self._calls:
             query.foreach(lambda record: found.add(record[0][1]), policy)
         return sorted(found)
 
     def max_record_bytes(self, namespace: str) -> int:
         """The namespace's ``max-record-size`` (the smallest any node has), read once and kept."""
         if namespace not in self._record_limits:
-            with mapped_errors:
+            with self._calls:
                 answers = self.client.info_all(f"namespace/{namespace}", policy=self._read_policy)
             limits = [_record_limit(answer[1]) for answer in answers.values() if answer and answer[0] is None]
             if not limits or any(limit is None for limit in limits):
@@ -641,6 +698,10 @@ class AerospikeBackend(Backend):
         return self._record_limits[namespace]
 
     def close(self) -> None:
-        """Close the client if this backend opened it."""
+        """Close the client if this backend opened it, once the calls under way have returned.
+
+        Calls made later raise ``BackendUnavailableError``. A client given to
+        the backend is the caller's to close: the backend leaves it open.
+        """
         if self._owns_client:
-            self.client.close()
+            self._calls.close(self.client)

@@ -6,6 +6,7 @@ Example::
     from large_queue.metrics import publish
 
     publish(queue)               # large_queue_entries_enqueued_total{queue="events", namespace="test"} ...
+    publish(producer_side, consumer_side)   # handles of one queue: one series, their counts added
     start_http_server(9108)
 
 The counters are read from ``queue.stats()`` when Prometheus scrapes, so
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from large_queue._stats import QueueStats
+from large_queue._stats import QueueStats, combined
 from large_queue.queue import Queue
 
 #: the one gauge among the counters (the others only grow)
@@ -32,17 +33,28 @@ class QueueCollector:
         self.queues = queues
 
     def collect(self) -> Iterator[Any]:
-        """One metric family per counter, a sample per queue handle."""
+        """One metric family per counter, a sample per queue.
+
+        Handles of one queue (a producer's and a consumer's, say) are one
+        series, their counters added up (``size``: the largest seen): two
+        samples of one series would leave Prometheus to keep either. A
+        handle published twice counts once.
+        """
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        snapshots = [(queue, queue.stats()) for queue in self.queues]
+        handles: dict[tuple[str, str], dict[int, Queue]] = {}
+        for queue in self.queues:
+            handles.setdefault((queue.name, queue.keys.metadata_namespace), {})[id(queue)] = queue
+        snapshots = {
+            labels: combined([queue.stats() for queue in same.values()]) for labels, same in handles.items()
+        }
         for field in fields(QueueStats):
             name = f"large_queue_{field.name}"
             family = (GaugeMetricFamily if field.name in _GAUGES else CounterMetricFamily)(
                 name, _description(field.name), labels=["queue", "namespace"]
             )
-            for queue, stats in snapshots:
-                family.add_metric([queue.name, queue.keys.metadata_namespace], getattr(stats, field.name))
+            for labels, stats in snapshots.items():
+                family.add_metric(list(labels), getattr(stats, field.name))
             yield family
 
 

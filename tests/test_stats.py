@@ -79,6 +79,34 @@ def test_counters_are_published_to_prometheus(store: Store) -> None:
     }
 
 
+def test_handles_of_one_queue_are_one_series_in_prometheus(store: Store) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from large_queue.metrics import publish
+
+    producing = store.new_queue(capacity=6, slots_per_record=3)
+    consuming = Queue.open(store.backend, producing.name)
+    other = store.new_queue(capacity=6, slots_per_record=3)
+    producing.enqueue_batch(["a", "b", "c"])
+    consuming.dequeue()
+    other.enqueue("x")
+    registry = CollectorRegistry()
+    publish(producing, consuming, other, producing, registry=registry)  # the same handle twice counts once
+    samples = [
+        line for line in generate_latest(registry).decode().splitlines() if line.startswith("large_queue_")
+    ]
+    enqueued = [line for line in samples if line.startswith("large_queue_entries_enqueued_total")]
+    assert sorted(enqueued) == sorted(
+        [
+            f'large_queue_entries_enqueued_total{{namespace="test",queue="{producing.name}"}} 3.0',
+            f'large_queue_entries_enqueued_total{{namespace="test",queue="{other.name}"}} 1.0',
+        ]
+    )
+    assert f'large_queue_entries_dequeued_total{{namespace="test",queue="{producing.name}"}} 1.0' in samples
+    labels = [line.split(" ")[0] for line in samples]
+    assert len(labels) == len(set(labels))  # no series twice
+
+
 def test_the_stats_command_shows_backlog_and_consumer_lag(
     place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:

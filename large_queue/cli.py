@@ -129,7 +129,12 @@ def _bench(args: argparse.Namespace) -> None:
 
     url = args.url or os.environ.get("LARGE_QUEUE_URL")
     if args.spark:
-        from large_queue.spark import _bench as spark_bench
+        try:
+            from large_queue.spark import _bench as spark_bench
+        except ImportError as exc:  # pyspark or pyarrow
+            raise errors.InvalidArgumentError(
+                f"bench --spark needs the spark extra: pip install 'large-queue[spark]' ({exc})"
+            ) from None
 
         spark_bench.run(url, entries=args.entries)
         return
@@ -198,8 +203,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows an option's default where it has one its text does not already tell."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = _Defaults
     parser = argparse.ArgumentParser(
         prog="large-queue",
         description="Manage, inspect, demonstrate and benchmark large_queue queues.",

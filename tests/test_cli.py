@@ -180,3 +180,27 @@ def test_peek_prints_entries_from_an_offset_one_line_each_and_takes_none(
     assert queue.info().size == 5
     assert main(["--url", place.url, "peek", name, "--from", "-1"]) == 1
     assert "InvalidArgumentError" in capsys.readouterr().err
+
+
+def test_help_gives_each_option_one_default(capsys: pytest.CaptureFixture[str]) -> None:
+    from large_queue.cli import _parser
+
+    commands = [[], *[[name] for name in _parser()._subparsers._group_actions[0].choices]]  # type: ignore[union-attr]
+    for command in commands:
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = capsys.readouterr().out
+        options = " ".join(text.split()).split(" -")  # each option's help on one line
+        said_twice = [option for option in options if option.count("default") > 1]
+        assert not said_twice and "(default: None)" not in text, (command, said_twice)
+
+
+def test_bench_spark_without_the_spark_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "large_queue.spark._bench", None)  # as if pyarrow were missing
+    assert main(["bench", "--spark"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "pip install 'large-queue[spark]'" in said[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
 import threading
 import time
 import uuid
@@ -118,18 +119,23 @@ def concurrent(
         context.Process(target=_producer_process, args=(url, name, per_process, delay, start_event, results))
         for _ in range(processes)
     ]
-    for worker in workers:
-        worker.start()
-    time.sleep(0.5)  # let every interpreter start before the clock does
-    began = time.perf_counter()
-    start_event.set()
-    reports = [results.get() for _ in workers]
-    seconds = time.perf_counter() - began
-    for worker in workers:
-        worker.join()
-    values = [e.value for e in drain(queue, processes * per_process)]
+    try:
+        _start_deaf_to_interrupts(workers)
+        time.sleep(0.5)  # let every interpreter start before the clock does
+        began = time.perf_counter()
+        start_event.set()
+        reports = [results.get() for _ in workers]
+        seconds = time.perf_counter() - began
+        for worker in workers:
+            worker.join()
+        values = [e.value for e in drain(queue, processes * per_process)]
+    finally:  # also on Ctrl-C: no worker left running, no queue left behind
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        Queue.delete(backend, name)
     exact = len(values) == len(set(values)) == processes * per_process
-    Queue.delete(backend, name)
     sample = Sample(
         entries=processes * per_process,
         calls=processes * per_process,
@@ -139,6 +145,25 @@ def concurrent(
         stats=combined([stats for *_, stats in reports]),
     )
     return sample, exact
+
+
+def _start_deaf_to_interrupts(workers: list[Any]) -> None:
+    """Start ``workers`` with Ctrl-C ignored: it is the parent's to handle (it stops them).
+
+    Set before they start, so that a Ctrl-C while they import (when a
+    handler set by the worker itself is not there yet) prints no traceback
+    of theirs: an interpreter that starts with SIGINT ignored keeps it so.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        for worker in workers:
+            worker.start()
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def drain(queue: Queue, expected: int) -> list[Entry]:
@@ -178,6 +203,16 @@ def producer_object(
         appends="reserve",
         encoding=encoding,
     )
+    try:
+        return _fed_by_threads(queue, threads, per_thread, max_batch)
+    finally:  # also on Ctrl-C: no queue left behind
+        Queue.delete(backend, name)
+
+
+def _fed_by_threads(queue: Queue, threads: int, per_thread: int, max_batch: int) -> tuple[Sample, bool]:
+    """:func:`producer_object`'s run on its queue."""
+    backend = queue.backend
+    total = threads * per_thread
     offsets: list[list[int]] = [[] for _ in range(threads)]
     opened = backend.commands
     with queue.producer(max_batch=max_batch) as producer:
@@ -201,7 +236,6 @@ def producer_object(
         sorted(o for each in offsets for o in each) == sorted(e.offset for e in entries)
         and len(entries) == total
     )
-    Queue.delete(backend, name)
     return Sample(
         entries=total,
         calls=stats.enqueue_calls,

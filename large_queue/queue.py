@@ -329,7 +329,7 @@ class Queue:
 
         ``QueueFullError`` if the queue is full, unless ``overwrite_if_full``,
         which drops the oldest entry instead (counted in ``stats().entries_overwritten``
-        and logged as a warning). Costs 3 round trips (2 where
+        and logged at INFO). Costs 3 round trips (2 where
         producers append without the lock). With ``txn_id`` the call is
         idempotent: see :meth:`enqueue_batch`.
         """

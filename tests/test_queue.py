@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from large_queue import (
@@ -62,6 +64,7 @@ def test_empty_and_full_edges(store: Store) -> None:
 
 @pytest.mark.parametrize("appends", ["reserve", "lock"])
 def test_overwrite_if_full_drops_oldest(store: Store, appends: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="large_queue")
     queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
     queue.enqueue_batch(range(6))
     assert queue.enqueue(6, overwrite_if_full=True) == 6

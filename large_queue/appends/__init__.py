@@ -240,12 +240,12 @@ def dropped(counters: Counters, queue_name: str, old_head: int, new_head: int) -
     They were never dequeued: the append moved the head past them to make
     room (``overwrite_if_full``). Consumers that meet the loss count it
     again as theirs (a group's ``lost``); a plain queue's only record of it
-    is this count (``entries_overwritten``) and the warning.
+    is this count (``entries_overwritten``) and the log line (INFO).
     """
     if new_head <= old_head:
         return
     counters.add(entries_overwritten=new_head - old_head)
-    log.warning(
+    log.info(  # not a warning: the caller asked for it, and a ring buffer does it at every append
         "queue %r: an append with overwrite_if_full dropped %d entries (offsets %d..%d) before they were"
         " dequeued",
         queue_name,

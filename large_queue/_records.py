@@ -296,6 +296,12 @@ def parse_metadata(queue: str, bins: dict[str, Any]) -> Metadata:
     def corrupt(problem: str) -> errors.CorruptQueueError:
         return errors.CorruptQueueError(f"metadata record of queue {queue!r}: {problem}", queue=queue)
 
+    if FORMAT not in bins:
+        raise corrupt(
+            f"it has no {FORMAT!r} bin, so this library did not write it (a queue of the original"
+            " large_queue code, or another program's record): it is left as it is; create a queue under"
+            " another name"
+        )
     for name in _INTEGER_BINS:
         if name not in bins:
             raise corrupt(f"bin {name!r} is missing")

@@ -124,5 +124,12 @@ class LargeQueue:
             return _as_dict(self._opened()._dequeue_as(txn_id))
 
     def get_entry_at_offset(self, offset: int) -> dict[str, Any] | None:
-        """``{'offset': ..., 'entry': ...}`` if ``offset`` is in the queue now, else None."""
-        return _as_dict(self._opened().get(offset))
+        """``{'offset': ..., 'entry': ...}`` if ``offset`` is in the queue now, else None.
+
+        As in the reference, any int outside the queue is None, a negative one
+        too (``Queue.get`` refuses it); what is no int is refused.
+        """
+        queue = self._opened()
+        if type(offset) is int and offset < 0:
+            return None
+        return _as_dict(queue.get(offset))

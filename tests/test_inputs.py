@@ -307,6 +307,7 @@ def test_missing_queue_and_namespace(store: Store) -> None:
         ({rec.HEAD: "zero"}, "'head' holds str"),
         ({rec.HEAD: 5, rec.TAIL: 2}, "break 0 <= head <= tail"),
         ({rec.FORMAT: 99}, "format version 99"),
+        ({rec.FORMAT: None}, "this library did not write it"),  # as a queue of the original code
         ({rec.READY: 0}, "not completely created"),
     ],
 )

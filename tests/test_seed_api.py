@@ -39,6 +39,9 @@ def test_reference_usage(store: Store) -> None:
     }
     offset = q_info["head-offset"] + 1
     assert msg_queue.get_entry_at_offset(offset) == {"offset": 1, "entry": msg2}
+    # outside head..tail is None, below zero too, as the reference's range check gives
+    assert msg_queue.get_entry_at_offset(q_info["head-offset"] - 1) is None
+    assert msg_queue.get_entry_at_offset(q_info["tail-offset"]) is None
     assert msg_queue.dequeue(txn_id) == {"offset": 0, "entry": msg}
 
     again = LargeQueue()

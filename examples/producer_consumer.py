@@ -48,7 +48,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as directory:
         url = os.environ.get("LARGE_QUEUE_URL") or f"embedded://{directory}/orders.db"
         store = connect(url)
-        Queue.delete(store, "orders")
+        if "orders" in Queue.names(store):  # someone's queue: this example makes and deletes its own
+            print(
+                f"producer_consumer: a queue 'orders' exists on {url}; delete it (large-queue delete orders)"
+            )
+            return 1
         Queue.create(store, "orders", capacity=200, slots_per_record=50)
         context = multiprocessing.get_context("spawn")
         results, done = context.Queue(), context.Event()

@@ -41,8 +41,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as directory:
         url = os.environ.get("LARGE_QUEUE_URL") or f"embedded://{directory}/pipeline.db"
         store = connect(url)
-        for name in ("clicks", "click-totals"):
-            Queue.delete(store, name)
+        taken = [name for name in ("clicks", "click-totals") if name in Queue.names(store)]
+        if taken:  # someone's queues: this example makes and deletes its own
+            print(f"spark_pipeline: queues {taken} exist on {url}; delete them (large-queue delete NAME)")
+            return 1
         Queue.create(store, "clicks", capacity=PRODUCERS * EVENTS_PER_PRODUCER)
         context = multiprocessing.get_context("spawn")
         producers = [context.Process(target=produce, args=(url, p)) for p in range(PRODUCERS)]

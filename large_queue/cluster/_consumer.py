@@ -1,6 +1,7 @@
 """A node's consumer of a shared queue: owns it in turn, delivers, takes acks.
 
-A background thread heartbeats the node, watches the owner record, takes
+A background thread (:mod:`large_queue.cluster._turns`, with its timeline)
+heartbeats the node, watches the owner record, takes
 ownership when it is handed over or when the owner has been silent past the
 timeout (if this node is the next interested live node in node-id order), and
 hands ownership on when the time slice is over and another node wants it.
@@ -42,8 +43,9 @@ from large_queue.cluster import _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._deliveries import Deliveries
 from large_queue.cluster._messages import Message, OwnershipEvent
-from large_queue.cluster._ownership import Ownership, OwnerState, acked_position, successor
+from large_queue.cluster._ownership import Ownership, acked_position
 from large_queue.cluster._slots import decoded, read_slots
+from large_queue.cluster._turns import Turns
 from large_queue.lock import LockGrant
 from large_queue.queue import Entry, Queue
 
@@ -63,7 +65,7 @@ log = logging.getLogger("large_queue.cluster")
 MAX_ERROR_CHARS = 1000
 
 
-class Consumer:
+class Consumer(Turns):
     """One node's consumer of a queue shared by many nodes.
 
     Example::
@@ -337,15 +339,16 @@ class Consumer:
         if self.group is not None or not groups:
             return
         self._lose()
-        said = self._gone is not None
-        self._gone = errors.GroupsInUseError(
+        refused = errors.GroupsInUseError(
             f"queue {self.queue.name!r} is consumed by groups {list(groups)}: consume it as one of"
             " them (group=...), or delete them to consume it without a group",
             queue=self.queue.name,
         )
-        if not said and self._thread is not None:  # said once, as the watcher says a deleted queue
-            log.warning("node %r: %s", self.node_id, self._gone)
-        raise self._gone
+        if self._thread is not None:  # running: its receives raise it until a tick finds no group
+            if self._gone is None:  # said once, as the watcher says a deleted queue
+                log.warning("node %r: %s", self.node_id, refused)
+            self._gone = refused
+        raise refused
 
     def _current(self, messages: list[Message]) -> list[Message]:
         """``messages``, checked to be this consumer's and this ownership's latest deliveries (else raise).
@@ -725,163 +728,3 @@ class Consumer:
         if self.group not in grant.groups:
             return grant.head  # the group was deleted: its next owner write says so
         return min(acked, _groups.acked_floor(self.queue, grant.groups, grant.head))
-
-    # --- ownership ---------------------------------------------------------------------
-
-    def _run(self) -> None:
-        """The watcher: a tick every poll interval until closed (a failed tick is logged, the next tries).
-
-        A queue (or group) deleted under the consumer ends its ownership at
-        once and is logged once, not at every poll; every ``receive`` from
-        then on raises it (``QueueNotFoundError``, ``GroupNotFoundError``; a
-        consumer with no group, ``GroupsInUseError`` once groups were made),
-        so a loop over the consumer ends instead of waiting for ever, until
-        a tick finds it again (a group made anew; a queue made anew is
-        another queue to this consumer's handle: open it and make a new
-        consumer).
-        """
-        while not self._closed.wait(self.poll_interval):
-            try:
-                self._tick()
-                if self._gone is not None:
-                    with self._lock:
-                        self._gone = None
-            except (errors.QueueNotFoundError, errors.GroupNotFoundError, errors.GroupsInUseError) as exc:
-                with self._lock:
-                    self._lose()
-                    if self._gone is None:
-                        log.warning("node %r: %s", self.node_id, exc)
-                    self._gone = exc
-                    self._lock.notify_all()  # a receive waiting for ownership raises it now
-            except errors.LargeQueueError:
-                log.warning("node %r: ownership check failed", self.node_id, exc_info=True)
-            except Exception:  # a bug must not end the heartbeats of a consumer that looks open
-                log.exception("node %r: ownership check failed unexpectedly", self.node_id)
-
-    def _tick(self, *, starting: bool = False) -> None:
-        self.ownership.heartbeat(interested=True)
-        with self._lock:
-            # Read under the lock. Read before it, the state could predate a hand-over
-            # that a receive() made meanwhile:
-            #   t=0  tick reads owner=A, epoch 6
-            #   t=1  receive() (holding the lock) hands over: owner=B, epoch 7
-            #   t=2  tick takes the lock, sees owner=A but not owning, "becomes" owner
-            #        at epoch 6 again; its writes are refused, yet it reports a take.
-            state = self.ownership.read()
-            if state.owner == self.node_id and state.instance != self.ownership.instance:
-                # Handed to this node id and not claimed yet, or held by another consumer given
-                # the same node id: claimed when unclaimed, when this consumer starts (a restart
-                # takes over from its old self at once) or when the holder has gone silent.
-                if self._owning:
-                    self._lose()
-                silent = state.silent_ms > state.timeout_ms
-                if state.instance and not starting and not silent:
-                    return
-                if state.instance and not silent:
-                    log.warning(
-                        "node %r: another consumer with this node id held queue %r (epoch %d): this one takes"
-                        " over; its unacked entries are delivered again",
-                        self.node_id,
-                        self.queue.name,
-                        state.epoch,
-                    )
-                if self._take(state, owner_gone=silent and bool(state.instance)):
-                    self._become_owner(self.ownership.read())
-                return
-            if state.owner == self.node_id:
-                if not self._owning or self._epoch != state.epoch:
-                    self._become_owner(state)
-                    return
-                if time.monotonic() - self._last_owner_write > self.timeout / 4:
-                    try:
-                        self.ownership.keep_alive(self._epoch)
-                        self._last_owner_write = time.monotonic()
-                    except errors.OwnershipLostError:
-                        self._lose()
-                        return
-                if self._slice_over():
-                    self._hand_over(final=False)
-                return
-            if self._owning:
-                self._lose()
-            if state.owner == "":
-                gone, after = False, state.last_owner
-                candidates = self.ownership.live_interested()
-            elif state.silent_ms > state.timeout_ms:
-                gone, after = True, state.owner
-                candidates = self.ownership.live_interested(excluding=state.owner)
-            else:
-                return
-            if successor(after, candidates) == self.node_id and self._take(state, owner_gone=gone):
-                self._become_owner(self.ownership.read())
-
-    def _take(self, state: OwnerState, *, owner_gone: bool) -> int | None:
-        """Take the queue from ``state`` (see :meth:`Ownership.take`); refused while groups consume it."""
-        if self.group is None:
-            self._refuse_groups(self.queue.current_metadata().groups)
-        return self.ownership.take(state, owner_gone=owner_gone)
-
-    def _become_owner(self, state: OwnerState) -> None:
-        if state.owner != self.node_id or state.instance != self.ownership.instance:
-            return  # taken and lost again before we looked
-        self._owning = True
-        self._epoch = state.epoch
-        self._cursor = state.cursor
-        self._inflight = dict(state.inflight)
-        self._lost, self._dead, self._dead_lettered = state.lost, dict(state.dead), state.dead_lettered
-        self._synced = 0
-        self.deliveries.reset()
-        self._move_failures.clear()
-        self._seen_tail = 0  # the first delivery reads the metadata (and finds a queue created again)
-        self._ahead.clear()
-        self._owner_since = self._last_owner_write = time.monotonic()
-        self._event("take")
-        self._lock.notify_all()
-
-    def _lose(self) -> None:
-        if self._owning:
-            self._owning = False
-            self.deliveries.reset()
-            self._event("lost")
-
-    def _slice_over(self) -> bool:
-        return time.monotonic() - self._owner_since > self.time_slice
-
-    def _hand_over(self, *, final: bool) -> None:
-        """Pass the queue to the next interested live node, if any (stopConsumers).
-
-        No delivery starts once the slice is over; messages this node's
-        consumers still hold get up to half the timeout to be acked first, so
-        that a busy consumer does not turn them into redeliveries.
-        """
-        now = time.monotonic()
-        grace_over = now - self._owner_since > self.time_slice + self.timeout / 2
-        waiting = self.deliveries.held and not final and not grace_over
-        if waiting and now < self._next_others_look:
-            return  # held messages' grace: who else wants the queue is looked up once a poll, not per call
-        self._next_others_look = now + self.poll_interval
-        others = self.ownership.live_interested(excluding=self.node_id)
-        if not others and not final:
-            self._owner_since = time.monotonic()  # nobody else wants it: a new slice, at once
-            return
-        if waiting:
-            return
-        self._sync_queue_head(force=True)
-        if self.ownership.hand_over(self._epoch, successor(self.node_id, others)):
-            self._event("release")
-        self._owning = False
-        self.deliveries.reset()
-        self._lock.notify_all()
-
-    def _event(self, kind: str) -> None:
-        """Tell ``on_event``. Its failure is logged, never raised: the change it reports has happened
-        (an ack's write applied, ownership taken), and the watcher thread must go on."""
-        if self._on_event is not None:
-            try:
-                self._on_event(
-                    OwnershipEvent(kind=kind, node_id=self.node_id, epoch=self._epoch, at_ns=time.time_ns())
-                )
-            except Exception:
-                log.exception(
-                    "node %r: the on_event callback failed on a %r event (ignored)", self.node_id, kind
-                )

@@ -165,7 +165,8 @@ class _ClientCalls(_MappedErrors):
     ) -> None:
         with self._lock:
             self._under_way -= 1
-        super().__exit__(exc_type, exc, tb)
+        if isinstance(exc, aerospike_exception.AerospikeError):  # as _MappedErrors, without its call
+            raise translate(exc) from exc
 
     def close(self, client: Any) -> None:
         """Refuse new calls, wait for those under way (up to a minute: logged past it), close ``client``."""

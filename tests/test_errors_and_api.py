@@ -323,3 +323,13 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
 def test_unreachable_aerospike_is_a_clear_error() -> None:
     with pytest.raises(errors.BackendUnavailableError):
         connect("aerospike://127.0.0.1:1/test?timeout_ms=200")
+
+
+def test_an_aerospike_url_without_the_client_package_is_a_library_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "large_queue.backends.aerospike", None)  # as if aerospike were missing
+    with pytest.raises(errors.BackendUnavailableError, match="pip install aerospike"):
+        connect("aerospike://127.0.0.1:3000/test")

@@ -165,7 +165,13 @@ def _from_url(url: str, *, create: bool) -> Backend:
             create=create,
         )
     if parts.scheme == "aerospike":
-        from large_queue.backends.aerospike import AerospikeBackend, AerospikeSettings
+        try:
+            from large_queue.backends.aerospike import AerospikeBackend, AerospikeSettings
+        except ImportError as exc:  # the client package, a dependency, removed or broken
+            raise errors.BackendUnavailableError(
+                f"{url}: the aerospike client package cannot be imported ({exc}): pip install aerospike",
+                code=-1,
+            ) from None
 
         hosts = []
         for item in parts.netloc.split("@")[-1].split(","):

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from large_queue import OutcomeUnknownError, Queue
+from large_queue import OutcomeUnknownError, Queue, errors
 from large_queue._guarded import ATTEMPTS
 from large_queue.backends import Increment, Read, RecordKey, connect
 from large_queue.backends.faults import Call, FaultInjectingBackend
@@ -251,6 +251,53 @@ def test_a_batch_read_the_server_does_not_answer_is_a_timeout_not_damage(aerospi
     finally:
         os.kill(server, signal.SIGCONT)
     assert [record is not None for record in backend.batch_get(keys)] == [True, False]
+    backend.remove(keys[0])
+    backend.close()
+
+
+def test_batches_sent_once_the_client_dropped_a_paused_servers_node_are_no_successes(
+    aerospike_address: str,
+) -> None:
+    # Paused long enough, the client drops the node; a batch command then comes back failed as a
+    # whole (code 1) with a result of 0 for each record, and no bins: it had read as applied writes
+    # (a batch enqueue said committed and lost its entries) and as empty reads.
+    server = _local_server_process(aerospike_address)
+    if server is None:
+        pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
+    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=300")
+    keys = [RecordKey("test", "node-dropped", uuid.uuid4().hex) for _ in range(2)]
+    backend.put(keys[0], {"n": 0})
+    os.kill(server, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # about 14 s: the client gives the node up
+            try:
+                backend.get(keys[0])
+            except errors.BackendUnavailableError:
+                break
+            except errors.BackendTimeoutError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the client kept the paused server's node for 60 s")
+        outcomes = backend.operate_each([(key, [Increment("n", 1)], None) for key in keys])
+        assert all(isinstance(o, BackendTimeoutError) and o.in_doubt for o in outcomes), outcomes
+        with pytest.raises(BackendTimeoutError) as caught:
+            backend.operate_and_read(keys[0], [Increment("n", 1)], (keys[1], [Read("n")], None))
+        assert caught.value.in_doubt
+        with pytest.raises(errors.BackendError):
+            backend.batch_get(keys)
+        with pytest.raises(errors.BackendError):
+            backend.batch_read([(key, [Read("n")]) for key in keys])
+    finally:
+        os.kill(server, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the client finds the node again
+        try:
+            found = backend.batch_get(keys)
+            break
+        except errors.BackendError:
+            time.sleep(0.2)
+    assert found[0] is not None and found[0].bins["n"] == 0 and found[1] is None  # nothing was written
     backend.remove(keys[0])
     backend.close()
 

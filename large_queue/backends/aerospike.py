@@ -232,25 +232,43 @@ def batch_write_failure(result: int, in_doubt: bool, key: RecordKey) -> errors.B
 _SOME_RECORDS_FAILED = -16
 
 
+#: a batch command's result when the client failed on its answer (a record it could not decode,
+#: read beside a write): its records answered, each for itself
+_CLIENT_ERROR = -1
+
+
 def _refused(batch: Any, what: str) -> errors.BackendError | None:
-    """The error for a batch command refused as a whole before it was sent (None if it was not).
+    """The error for a batch command that failed as a whole (None if it did not).
 
     The client refuses a batch it cannot send (a write command holding only
     reads, say) with a result of its own, and says -15 (no answer) for each
-    record, which would read as writes in doubt: nothing was sent.
+    record: nothing was sent, and nothing is in doubt. A batch that failed
+    as a whole with results for its records that nothing backs (a node the
+    client dropped while the server was unresponsive answers 1, and 0 for
+    each record, with no generation: nothing was written) cannot be told
+    apart from one the server applied: each write is in doubt, as if no
+    answer had come.
     """
     if batch.result in (0, _SOME_RECORDS_FAILED, _TIMEOUT, NO_ANSWER):
         return None
-    if any(record.result != NO_ANSWER for record in batch.batch_records):
+    answered = any(record.result != NO_ANSWER for record in batch.batch_records)
+    if batch.result == _CLIENT_ERROR and answered:
         return None  # sent: a record it could not decode (a damaged one read beside) says so itself
-    cls = _ERROR_BY_CODE.get(batch.result, errors.BackendError)
-    return cls(f"aerospike refused the {what} before sending it (code {batch.result})", code=batch.result)
+    if not answered:
+        cls = _ERROR_BY_CODE.get(batch.result, errors.BackendError)
+        return cls(f"aerospike refused the {what} before sending it (code {batch.result})", code=batch.result)
+    return errors.BackendTimeoutError(
+        f"aerospike failed the {what} as a whole (code {batch.result}): no answer of its records can be"
+        " trusted; its writes may have been applied",
+        code=batch.result,
+        in_doubt=True,
+    )
 
 
 def _batch_results(
-    batch: Any, some_bins: Sequence[bool] | None = None
+    batch: Any, expected: int, some_bins: Sequence[bool] | None = None
 ) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
-    """(meta, bins) of each record of a batch answer, None where a record is missing.
+    """(meta, bins) of each of the ``expected`` records of a batch answer, None where one is missing.
 
     ``some_bins[i]``: record ``i`` was read with operations, so it may
     rightly answer with no bins (none of those it asked for exists).
@@ -262,9 +280,17 @@ def _batch_results(
     client's timeout, say) also answers -15 for its records, and is a
     ``BackendTimeoutError``: nothing in it is damaged.
     """
-    if batch.result == _TIMEOUT:  # no answer in time: its records say -15 as well, but nothing is damaged
+    if batch.result in (_TIMEOUT, NO_ANSWER):  # no answer in time: its records say -15, nothing is damaged
         raise errors.BackendTimeoutError(
-            f"batch read of {len(batch.batch_records)} records timed out", code=_TIMEOUT, in_doubt=False
+            f"batch read of {len(batch.batch_records)} records timed out", code=batch.result, in_doubt=False
+        )
+    if batch.result not in (0, _SOME_RECORDS_FAILED, _CLIENT_ERROR) or len(batch.batch_records) != expected:
+        # failed as a whole (a node the client dropped answers 1 and no records): none can be trusted
+        cls = _ERROR_BY_CODE.get(batch.result, errors.BackendUnavailableError)
+        raise cls(
+            f"batch read of {expected} records failed as a whole (code {batch.result},"
+            f" {len(batch.batch_records)} records answered)",
+            code=batch.result,
         )
     results: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
     for index, item in enumerate(batch.batch_records):
@@ -590,6 +616,8 @@ class AerospikeBackend(Backend):
             return [failure for _ in commands]
         refused = _refused(batch, f"batch command on {len(commands)} records")
         if refused is not None:
+            if refused.in_doubt:  # each write as if it got no answer: the caller settles each
+                return [refused for _ in commands]
             raise refused
         outcomes: list[dict[str, Any] | errors.BackendError] = []
         for (key, _, _), written in zip(commands, batch.batch_records, strict=True):
@@ -642,7 +670,7 @@ class AerospikeBackend(Backend):
         with self._calls:
             batch = self.client.batch_read([self._key(k) for k in keys])
         records: list[Record | None] = []
-        for found in _batch_results(batch):
+        for found in _batch_results(batch, len(keys)):
             records.append(None if found is None else Record(dict(found[1]), int(found[0]["gen"])))
         return records
 
@@ -655,7 +683,7 @@ class AerospikeBackend(Backend):
         with self._calls:
             batch = command()
         results: list[dict[str, Any] | None] = []
-        for found in _batch_results(batch, [operations is not None for _, operations in reads]):
+        for found in _batch_results(batch, len(reads), [operations is not None for _, operations in reads]):
             results.append(None if found is None else found[1])
         return results
 

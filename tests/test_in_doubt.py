@@ -336,3 +336,20 @@ def test_an_ack_is_not_reported_failed_when_only_the_head_sync_after_it_fails(st
         assert [m.value for m in rest] == list(range(110, 120))
         consumer.ack(rest)
         assert ownership_info(shared).acked_offset == 120
+
+
+def test_a_watcher_whose_ticks_keep_failing_says_so_once_and_once_more_when_they_work(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend, shared = _eight_entries_through_faults(store)
+    with shared.consumer("node", time_slice=60, timeout=60, poll_interval=0.02) as consumer:
+        node = consumer.ownership.node_key("node")
+        backend.inject(lambda call: call.key == node, applied=False, times=10)  # ten heartbeats: a store down
+        deadline = time.monotonic() + 10
+        while backend.injected < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # ticks that work
+        assert [m.value for m in consumer.receive(8, timeout=5)] == list(range(8))
+    said = [r.getMessage() for r in caplog.records if "ownership check" in r.getMessage()]
+    assert backend.injected == 10 and len(said) == 2, said  # not a warning (and a traceback) per poll
+    assert "failed (tried again every poll)" in said[0] and "work again" in said[1]

@@ -87,11 +87,17 @@ class Turns:
         so a loop over the consumer ends instead of waiting for ever, until
         a tick finds it again (a group made anew; a queue made anew is
         another queue to this consumer's handle: open it and make a new
-        consumer).
+        consumer). A store that fails every tick (a server down) is logged
+        as a warning when its error changes and when the ticks work again,
+        not at every poll; each failure's traceback is logged at DEBUG.
         """
+        failing: str | None = None  # the kind of error the ticks have been failing with
         while not self._closed.wait(self.poll_interval):
             try:
                 self._tick()
+                if failing is not None:
+                    log.warning("node %r: ownership checks work again", self.node_id)
+                    failing = None
                 if self._gone is not None:
                     with self._lock:
                         self._gone = None
@@ -102,8 +108,14 @@ class Turns:
                         log.warning("node %r: %s", self.node_id, exc)
                     self._gone = exc
                     self._lock.notify_all()  # a receive waiting for ownership raises it now
-            except errors.LargeQueueError:
-                log.warning("node %r: ownership check failed", self.node_id, exc_info=True)
+            except errors.LargeQueueError as exc:
+                kind = type(exc).__name__
+                if kind != failing:
+                    log.warning(
+                        "node %r: ownership check failed (tried again every poll): %s", self.node_id, exc
+                    )
+                    failing = kind
+                log.debug("node %r: ownership check failed", self.node_id, exc_info=True)
             except Exception:  # a bug must not end the heartbeats of a consumer that looks open
                 log.exception("node %r: ownership check failed unexpectedly", self.node_id)
 

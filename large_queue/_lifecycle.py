@@ -207,8 +207,12 @@ def create(
     try:
         backend.put(keys.metadata, metadata_bins, mode=WriteMode.CREATE_ONLY)
     except errors.RecordExistsError:
+        existing = backend.get(keys.metadata, [rec.DELETING])
+        going = " (it is being deleted, or its delete was interrupted: delete it again)"
         raise errors.QueueExistsError(
-            f"queue {name!r} already exists in namespace {namespace!r}", queue=name
+            f"queue {name!r} already exists in namespace {namespace!r}"
+            f"{going if existing is not None and existing.bins.get(rec.DELETING) else ''}",
+            queue=name,
         ) from None
     empty_buffer = rec.empty_buffer(slots_per_record, (0, 0), incarnation, reserved=reserved)
     try:
@@ -237,6 +241,12 @@ def read_metadata(backend: Backend, name: str, namespace: str) -> rec.Metadata:
         raise errors.QueueNotFoundError(
             f"queue {name!r} does not exist in namespace {namespace!r}", queue=name
         )
+    if record.bins.get(rec.DELETING):
+        raise errors.QueueNotFoundError(
+            f"queue {name!r} in namespace {namespace!r} is being deleted (or its delete was interrupted:"
+            " Queue.delete, or large-queue delete, finishes it)",
+            queue=name,
+        )
     return rec.parse_metadata(name, record.bins)
 
 
@@ -255,15 +265,34 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
     else:
         if record is None:
             return False
-        backend.remove(keys.metadata)
+        # Marked first, removed last. The timeline it must not meet:
+        #   t=0  a delete removes the metadata record, then buffers 0..999 of 300,000.
+        #   t=1  it is interrupted (Ctrl-C, a crash, the store unreachable).
+        #   t=2  nothing says the other 299,000 exist: no delete, check or list finds them again.
+        # Marked, the queue is gone for every handle (its incarnation changes: their commands are
+        # refused) and for every open, while the record still says what to remove; a later delete
+        # finds it and finishes.
+        try:
+            backend.put(
+                keys.metadata, {rec.DELETING: 1, rec.INCARNATION: _DELETING}, mode=WriteMode.UPDATE_ONLY
+            )
+        except errors.RecordNotFoundError:
+            return False  # another delete finished first
         for key in _existing_buffers(record.bins, name, namespace):
             backend.remove(key)
         groups = record.bins.get(rec.GROUPS)
         for group in groups if isinstance(groups, list) else []:
             if isinstance(group, str):
                 remove_ownership(backend, keys.group(group))
+        remove_ownership(backend, keys.group(None))
+        backend.remove(keys.metadata)
+        return True
     remove_ownership(backend, keys.group(None))
     return True
+
+
+#: the incarnation a queue being deleted has: no handle's (they are random hex)
+_DELETING = "deleting"
 
 
 def remove_ownership(backend: Backend, keys: rec.OwnerKeys) -> None:

@@ -71,6 +71,7 @@ SLOTS_PER_RECORD = "slots_per_rec"
 BUFFER_NAMESPACE = "buffer_ns"
 MAX_ENTRY_BYTES = "max_entry"
 INCARNATION = "incarnation"  # random id of this queue's creation, in metadata and buffer records
+DELETING = "deleting"  # set (1) by a delete before it removes the buffers: the queue is going
 ERASED_BELOW = "erased_below"  # dequeued slots below this offset were erased (where they could be)
 ENCODING = "encoding"
 LOCK_AT = "lock_at"  # format 3: when the lock was taken or renewed, on the store's clock (ms)
@@ -121,6 +122,7 @@ STATE_BINS = (
     RECEIPT_AGE_MS,
     MAX_AGE_MS,
     SKIPPED_TO,
+    DELETING,
 )
 
 # buffer bins (the fence bins share their names with the metadata counter's)

@@ -313,11 +313,11 @@ class Queue:
     def delete(store: Any, name: str, *, namespace: str | None = None) -> bool:
         """Delete a queue and all its records; False if it did not exist.
 
-        The metadata record goes first, so no new operation can start on a
-        half-deleted queue; then the buffer records and the cluster shim's
-        records, so a queue created again under the name starts afresh.
-        Buffer records left by an interrupted delete are replaced when a
-        queue of that name is created again. A queue whose create was
+        The metadata record is marked first, so no new operation can start on
+        a half-deleted queue (opens and handles find it gone); then the buffer
+        records and the cluster shim's records go, and the metadata record
+        last. A delete interrupted on the way leaves the marked record, which
+        ``names`` still lists: deleting it again finishes the job. A queue whose create was
         interrupted is deleted in proportion to the records that create made.
         """
         return _lifecycle.delete(connect(store), name, namespace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,8 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue import _records as rec
-from large_queue.backends import ListSet, ListSetRange, WriteMode
+from large_queue.backends import Backend, ListSet, ListSetRange, WriteMode
+from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError
 from tests.fix_backends import SECOND_NAMESPACE, Store
@@ -211,6 +213,42 @@ def test_a_capacity_beyond_what_a_queue_may_have_is_refused_before_writing(store
         Queue.create(store.backend, "t-huge", capacity=2**40, slots_per_record=100)
     with pytest.raises(QueueNotFoundError):
         Queue.open(store.backend, "t-huge")
+
+
+class _InterruptedAtRemove(Delegating):
+    """A store whose ``remove`` number ``at`` is interrupted (Ctrl-C) before it is sent."""
+
+    def __init__(self, inner: Backend, at: int) -> None:
+        super().__init__(inner)
+        self.removes = 0
+        self.at = at
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "remove":
+            self.removes += 1
+            if self.removes == self.at:
+                raise KeyboardInterrupt
+        return super().relay(method, *args, **kwargs)
+
+
+def test_an_interrupted_delete_is_finished_by_the_next(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)  # 4 buffer records
+    queue.enqueue_batch(range(5))
+    interrupted = _InterruptedAtRemove(store.backend, at=3)
+    with pytest.raises(KeyboardInterrupt):
+        Queue.delete(interrupted, queue.name)  # two buffer records removed, two left
+    assert store.backend.get(queue.keys.buffer(3)) is not None
+    with pytest.raises(QueueNotFoundError, match="is being deleted"):  # gone for opens
+        Queue.open(store.backend, queue.name)
+    with pytest.raises(QueueNotFoundError):  # and for handles
+        queue.enqueue(5)
+    with pytest.raises(QueueExistsError, match="delete it again"):
+        Queue.create(store.backend, queue.name, capacity=3)
+    assert queue.name in Queue.names(store.backend)  # still listed: something to delete
+    assert Queue.delete(store.backend, queue.name)
+    assert [store.backend.get(queue.keys.buffer(i)) for i in range(4)] == [None] * 4
+    assert store.backend.get(queue.keys.metadata) is None
+    assert not Queue.delete(store.backend, queue.name)
 
 
 def test_an_interrupted_create_is_deleted_in_proportion_to_what_it_made(store: Store) -> None:

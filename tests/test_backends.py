@@ -688,3 +688,5 @@ def test_a_store_closed_while_threads_are_inside_its_calls_ends_them_with_librar
             assert raised and all(isinstance(exc, errors.BackendUnavailableError) for exc in raised)
             with pytest.raises(errors.BackendUnavailableError, match="was closed"):
                 queue.info()
+            with pytest.raises(errors.BackendUnavailableError, match="was closed"):
+                Queue.names(backend)  # a scan, not a record command: refused alike

@@ -426,13 +426,15 @@ def test_an_ungrouped_consumer_running_when_a_group_is_made_stops_delivering(sto
     with queue.consumer("u1", **FAST) as consumer:
         consumer.ack(_receive_all(consumer, 2))
         held = _receive_all(consumer, 1)
-        assert queue.create_group("g")
-        with pytest.raises(GroupsInUseError):  # not entries 3.. to both it and the group
-            consumer.receive(4, timeout=0.3)
-        time.sleep(0.3)  # watcher ticks: none takes the queue back
-        with pytest.raises(GroupsInUseError):
-            consumer.receive(4, timeout=0.3)
-        assert not consumer.owning
+        with queue.consumer("u2", **FAST) as waiting:  # another node, waiting for its turn
+            assert queue.create_group("g")
+            with pytest.raises(GroupsInUseError):  # not entries 3.. to both it and the group
+                consumer.receive(4, timeout=0.3)
+            time.sleep(0.3)  # watcher ticks: none takes the queue back
+            for node in (consumer, waiting):  # the waiting node is told as well
+                with pytest.raises(GroupsInUseError):
+                    node.receive(4, timeout=0.3)
+                assert not node.owning
         with pytest.raises(errors.OwnershipLostError):  # fenced: what it held is the group's to deliver
             consumer.ack(held)
         with queue.consumer("g1", group="g", **FAST) as grouped:

@@ -705,11 +705,11 @@ class AerospikeBackend(Backend):
     def sets_holding(self, namespace: str, user_key: str) -> list[str]:
         """The sets of ``namespace`` that hold a record with key ``user_key`` (stored keys), sorted."""
         self._count()
-        query = self.client.query(namespace, None)
-        query.select()  # keys only: no bins
         found: set[str] = set()
         policy = {"expressions": exp.Eq(exp.KeyStr(), user_key).compile()}
         with self._calls:
+            query = self.client.query(namespace, None)
+            query.select()  # keys only: no bins
             query.foreach(lambda record: found.add(record[0][1]), policy)
         return sorted(found)
 
@@ -730,7 +730,8 @@ class AerospikeBackend(Backend):
         """Close the client if this backend opened it, once the calls under way have returned.
 
         Calls made later raise ``BackendUnavailableError``. A client given to
-        the backend is the caller's to close: the backend leaves it open.
+        the backend (``connect(client)``) is the caller's to close: the backend
+        leaves it open, and its calls go on.
         """
         if self._owns_client:
             self._calls.close(self.client)

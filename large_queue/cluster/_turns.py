@@ -166,6 +166,8 @@ class Turns:
             if self._owning:
                 self._lose()
             if state.owner == "":
+                if self.group is None:  # unowned as after the first group's creation: every node is told
+                    self._refuse_groups(self.queue.current_metadata().groups)
                 gone, after = False, state.last_owner
                 candidates = self.ownership.live_interested()
             elif state.silent_ms > state.timeout_ms:

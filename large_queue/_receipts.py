@@ -304,11 +304,12 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
             queue.counters.add(enqueue_calls=1, entries_enqueued=count)  # a repeat below is not counted so
             return range(first, first + count)
         except errors.ReservationClosedError:
-            # Our own publish was refused and the slots hold no entry: a reader closed the
-            # reservation and nothing of it was published. Only a call of this txn publishes
-            # it, so it is taken anew (its slots may be reused already).
-            replacing = first
-            _mark_closed(queue, txn_id, range(first, first + count))
+            # Our own publish was refused and the slots do not hold our entries now: a reader
+            # closed the reservation, or another call of this txn published it and its entries
+            # were consumed and their slots reused since. The receipt, read as a repeat reads it
+            # (below: the reservation is guarded on no receipt), tells which: taken anew only
+            # if closed, never published twice.
+            replacing = None
         except Duplicate as duplicate:
             receipt = parse(queue.name, txn_id, duplicate.receipt)
             check_repeat(queue, receipt, ENQUEUE, count)
@@ -329,6 +330,8 @@ def append_once(queue: Queue, values: list[Any], txn_id: str, overwrite: bool) -
                 return receipt.offsets
             settled = CLOSED if state == CLOSED else _after_reuse(queue, receipt)
             if settled == CLOSED:
+                if not receipt.closed:  # said in the receipt, should no reservation anew be possible
+                    _mark_closed(queue, txn_id, receipt.offsets)
                 replacing = receipt.offsets.start
                 continue
             if settled == ENTRY:  # published, and consumed since

@@ -156,6 +156,27 @@ def test_a_retry_that_publishes_a_call_still_under_way_leaves_one_copy(
     assert queue.outcome("t1").receipt.offsets == answered[0]  # type: ignore[union-attr]
 
 
+def test_a_retry_whose_entry_was_consumed_and_its_slot_reused_before_the_first_call_publishes(
+    store: Store,
+) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends="reserve")
+    retry, consumer = (Queue.open(store.backend, queue.name) for _ in range(2))
+    publish = queue.appender.publish
+    answered: list[range] = []
+
+    def paused_then_published(first: int, *args: object, **kwargs: object) -> None:
+        if not answered:  # the first call is paused past a whole lap of the ring
+            answered.append(retry.enqueue_batch(["a"], txn_id="t1"))
+            assert [e.value for e in consumer.dequeue_batch(10)] == ["a"]
+            consumer.enqueue_batch([f"lap{n}" for n in range(6)])  # reuses the slot of offset 0
+            assert len(consumer.dequeue_batch(10)) == 6
+        publish(first, *args, **kwargs)  # type: ignore[arg-type]
+
+    queue.appender.publish = paused_then_published  # type: ignore[method-assign]
+    assert queue.enqueue_batch(["a"], txn_id="t1") == answered[0] == range(0, 1)
+    assert consumer.dequeue_batch(10) == []  # "a" was consumed once, and is not enqueued again
+
+
 def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) -> None:
     backend, queue = _faulty(store, appends="reserve")
     # the batch 1..4 spans records 0 and 1: the first record is published, the last times out

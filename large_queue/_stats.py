@@ -9,6 +9,7 @@ queue itself (size, head, tail) are in ``queue.info()``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, fields
 
@@ -56,6 +57,7 @@ class Counters:
         self._threads: list[tuple[threading.Thread, dict[str, int]]] = []
         self._ended = dict.fromkeys(_COUNTED, 0)  # the counters of threads that have ended
         self._size = 0
+        self.size_seen = 0  #: when ``size`` was last set: a count across every handle of the process
 
     def _mine(self) -> dict[str, int]:
         try:
@@ -82,6 +84,7 @@ class Counters:
         """Add to counters by name; ``size`` is set, not added."""
         if size is not None:
             self._size = size
+            self.size_seen = next(_SIZES_SEEN)
         if amounts:
             mine = self._mine()
             for name, amount in amounts.items():
@@ -103,6 +106,9 @@ class Counters:
             totals = {name: self._ended[name] + sum(v[name] for _, v in self._threads) for name in _COUNTED}
         return QueueStats(**totals, size=self._size)
 
+
+#: orders the sizes handles saw, so that of several handles of one queue the latest is told
+_SIZES_SEEN = itertools.count(1)
 
 _COUNTED = tuple(field.name for field in fields(QueueStats) if field.name != "size")
 

@@ -16,7 +16,7 @@ publishing costs the queue's operations nothing.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from large_queue._stats import QueueStats, combined
@@ -36,18 +36,20 @@ class QueueCollector:
         """One metric family per counter, a sample per queue.
 
         Handles of one queue (a producer's and a consumer's, say) are one
-        series, their counters added up (``size``: the largest seen): two
-        samples of one series would leave Prometheus to keep either. A
-        handle published twice counts once.
+        series, their counters added up, and ``size`` the one seen last by
+        any of them: two samples of one series would leave Prometheus to keep
+        either. A handle published twice counts once.
         """
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         handles: dict[tuple[str, str], dict[int, Queue]] = {}
         for queue in self.queues:
             handles.setdefault((queue.name, queue.keys.metadata_namespace), {})[id(queue)] = queue
-        snapshots = {
-            labels: combined([queue.stats() for queue in same.values()]) for labels, same in handles.items()
-        }
+        snapshots = {}
+        for labels, same in handles.items():
+            latest = max(same.values(), key=lambda queue: queue.counters.size_seen)
+            summed = combined([queue.stats() for queue in same.values()])
+            snapshots[labels] = replace(summed, size=latest.stats().size)
         for field in fields(QueueStats):
             name = f"large_queue_{field.name}"
             family = (GaugeMetricFamily if field.name in _GAUGES else CounterMetricFamily)(
@@ -60,7 +62,7 @@ class QueueCollector:
 
 def _description(name: str) -> str:
     doc = {
-        "size": "Entries in the queue when this handle last held its lock",
+        "size": "Entries in the queue when one of its handles last looked (the latest look)",
         "commands": "Store commands (round trips) the handle's operations sent",
         "lock_waits": "Lock acquire attempts refused because another holder had the lock",
         "locks_broken": "Acquires that took over a lock whose holder was silent past the TTL",
@@ -68,7 +70,7 @@ def _description(name: str) -> str:
         "locks_lost": "Operations that ended with LockLostError (nothing of them became visible)",
         "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
-        "entries_overwritten": "Entries dropped by overwriting appends before they were dequeued",
+        "entries_overwritten": "Entries dropped by overwriting appends, or found overwritten by dequeues",
         "entries_expired": "Entries dropped from the head for being older than the queue's max_age",
         "entries_purged": "Entries dropped by this handle's purges",
     }

@@ -107,6 +107,24 @@ def test_handles_of_one_queue_are_one_series_in_prometheus(store: Store) -> None
     assert len(labels) == len(set(labels))  # no series twice
 
 
+def test_the_size_of_handles_of_one_queue_is_the_latest_any_saw(store: Store) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from large_queue.metrics import publish
+
+    producing = store.new_queue(capacity=6, slots_per_record=3, appends="lock")
+    consuming = Queue.open(store.backend, producing.name)
+    for n in range(4):
+        producing.enqueue(n)  # under the lock: it sees the size
+    assert len(consuming.dequeue_batch(10)) == 4
+    assert consuming.dequeue() is None and consuming.stats().size == 0  # the backlog its lock saw
+    assert producing.stats().size > 0  # its view is older: the queue is empty now
+    registry = CollectorRegistry()
+    publish(producing, consuming, registry=registry)
+    text = generate_latest(registry).decode()
+    assert f'large_queue_size{{namespace="test",queue="{producing.name}"}} 0.0' in text
+
+
 def test_the_stats_command_shows_backlog_and_consumer_lag(
     place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:

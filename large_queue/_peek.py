@@ -43,7 +43,7 @@ def peek(queue: Queue, start: int | None, max_entries: int) -> list[Entry]:
         return _written(queue, low, metadata.tail, max_entries)
     # Offsets from the settled mark on are in the prefix only if none before them is pending,
     # so the read begins at the mark where the first offset asked for lies past it.
-    position = max(metadata.head, min(low, metadata.published))
+    position = max(metadata.head, min(low, max(metadata.published, queue.prefix.settled_end)))
     entries: list[Entry] = []
     while position < metadata.tail and len(entries) < max_entries:
         if position < low:  # settling the offsets before it, a batch read's worth at a time
@@ -52,6 +52,7 @@ def peek(queue: Queue, start: int | None, max_entries: int) -> list[Entry]:
             stop = position + max_entries - len(entries)
         stop = min(stop, metadata.tail)
         settled = queue.prefix.read(position, stop)
+        queue.prefix.settled_end = max(queue.prefix.settled_end, settled.end)  # in the prefix: read from it
         entries += queue._entries([found for found in settled.entries if found[0] >= low])
         if settled.end < stop:  # a reservation not yet published: the prefix ends there
             break

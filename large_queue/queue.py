@@ -642,7 +642,10 @@ class Queue:
         another lap's entry. Costs 2 round trips (metadata, then one slot).
         Where producers append without the lock, None also when ``offset`` is
         past the published prefix (a reserved offset before it, or it, is not
-        yet published): readers see only the published prefix.
+        yet published): readers see only the published prefix. An offset past
+        what is known settled (the stored hint, or what this handle settled)
+        is reached by settling the slots before it, a batch read of 64 buffer
+        records at a time, and the hint is moved there (one more command).
         """
         if type(offset) is not int or offset < 0:
             raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
@@ -650,10 +653,13 @@ class Queue:
         if not metadata.head <= offset < metadata.tail:
             return None
         if self.reserved:
-            if offset < metadata.published:  # settled: only its own slot (and its batch's last) matter
+            known = max(metadata.published, self.prefix.settled_end)
+            if offset < known:  # settled: only its own slot (and its batch's last) matter
                 settled = self.prefix.settle(offset, offset + 1, self.prefix.fetch)
-            else:
-                settled = self.prefix.read(max(metadata.head, metadata.published), offset + 1)
+            else:  # settled on to it a part at a time, the hint moved: the next get is cheap
+                walked = self.prefix.walk(max(metadata.head, known), offset + 1, metadata.published)
+                assert walked is not None  # (it starts at or below offset)
+                settled = walked
             found = [self._entry(*item) for item in settled.entries if item[0] == offset]
             return found[0] if found and settled.end > offset else None
         record = self.shape.record_of(offset)

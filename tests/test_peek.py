@@ -70,8 +70,30 @@ def test_a_peek_deep_in_a_queue_settles_what_lies_before_it(store: Store) -> Non
     queue, _ = reserving(store, capacity=2000, slots_per_record=4)
     for start in range(0, 1500, 100):
         queue.enqueue_batch(range(start, start + 100))
+    before = queue.stats().commands
     assert [e.value for e in queue.peek(3, start=1400)] == [1400, 1401, 1402]
+    settling = queue.stats().commands - before  # a batch read per 64 records before it
+    assert settling >= 1 + 350 // 64
+    before = queue.stats().commands
     assert [e.value for e in queue.peek(2, start=1498)] == [1498, 1499]
+    assert queue.stats().commands - before <= 3  # this handle knows the prefix reaches past 1400
+
+
+def test_a_get_deep_in_a_queue_settles_once_and_moves_the_hint(store: Store) -> None:
+    queue, _ = reserving(store, capacity=2000, slots_per_record=4)
+    for start in range(0, 1500, 100):
+        queue.enqueue_batch(range(start, start + 100))
+    reader = Queue.open(store.backend, queue.name)
+    before = reader.stats().commands
+    assert reader.get(1499).value == 1499  # type: ignore[union-attr]
+    assert reader.stats().commands - before >= 1 + 375 // 64  # settled, part by part, from the hint
+    before = reader.stats().commands
+    assert reader.get(1450).value == 1450  # type: ignore[union-attr]
+    assert reader.stats().commands - before <= 3
+    other = Queue.open(store.backend, queue.name)  # another handle: the stored hint was moved
+    before = other.stats().commands
+    assert other.get(1490).value == 1490  # type: ignore[union-attr]
+    assert other.stats().commands - before <= 3
 
 
 @pytest.mark.parametrize(

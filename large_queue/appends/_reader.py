@@ -45,6 +45,10 @@ class PrefixReader:
         self.counters = counters
         #: how the spanning batches met so far settled, by last offset (final, so kept)
         self.verdicts: dict[int, str] = {}
+        #: how far this handle has found the published prefix to reach: it never moves back (a
+        #: published slot stays so until a later lap's entry takes it, a tombstone for good), so
+        #: offset reads below it need no settling from the stored hint on
+        self.settled_end = 0
 
     def corrupt(self, offset: int, problem: str) -> errors.CorruptQueueError:
         """The error for a malformed slot."""
@@ -180,16 +184,31 @@ class PrefixReader:
         When the end lies a record or more past the stored hint, the hint is
         moved (one more command), so that the next reader starts there.
         """
-        start = max(head, published)
+        last = self.walk(max(head, published, self.settled_end), tail, published)
+        if last is None:
+            return max(head, published, self.settled_end), None
+        return last.end, last if last.pending else None
+
+    def walk(self, start: int, stop: int, published: int) -> Settled | None:
+        """Settle ``[start, stop)`` part by part, ``start`` in the published prefix; the last part.
+
+        A part is a batch read of :data:`RECORDS_PER_READ` records, so that
+        memory stays bounded however far ``stop`` lies; the walk ends at
+        ``stop`` or at the first hole (the last part then ``pending``). It
+        moves the stored hint when it settled a record or more past it (one
+        more command), and this handle's :attr:`settled_end`. None if
+        ``start >= stop``.
+        """
         step = RECORDS_PER_READ * self.shape.slots_per_record
         end = start
-        holed: Settled | None = None
-        while end < tail:
-            settled = self.read(end, min(tail, end + step))
-            end = settled.end
-            if settled.pending:
-                holed = settled
+        last: Settled | None = None
+        while end < stop:
+            part_stop = min(stop, end + step)
+            last = self.read(end, part_stop)
+            end = last.end
+            if last.pending or end < part_stop:
                 break
+        self.settled_end = max(self.settled_end, end)
         if end - published >= self.shape.slots_per_record:
             self.counters.bump("commands")
             with contextlib.suppress(errors.LargeQueueError):  # a hint: the next reader settles a little more
@@ -198,7 +217,7 @@ class PrefixReader:
                     [Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": end})],
                     condition=same_queue(self.appender.incarnation),
                 )
-        return end, holed
+        return last
 
 
 def _consecutive(offsets: list[int]) -> list[tuple[int, int]]:

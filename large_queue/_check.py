@@ -36,7 +36,7 @@ class CheckReport:
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    live_entries: int = 0
+    live_entries: int | None = 0  #: None: not counted (records missing or unreadable)
 
     @property
     def ok(self) -> bool:
@@ -49,7 +49,10 @@ class CheckReport:
         body = [f"  problem: {p}" for p in self.problems] + [f"  repaired: {r}" for r in self.repaired]
         body += [f"  note: {n}" for n in self.notes]
         verdict = "OK" if self.ok else f"{len(self.problems)} problem(s)"
-        return [head, *body, f"  {self.live_entries} live entries; {verdict}"]
+        counted = (
+            "live entries not counted" if self.live_entries is None else f"{self.live_entries} live entries"
+        )
+        return [head, *body, f"  {counted}; {verdict}"]
 
 
 def check_queue(store: Any, name: str, *, namespace: str | None = None, repair: bool = False) -> CheckReport:
@@ -105,12 +108,12 @@ def _check_buffers(
         for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
             where = f"buffer record {index}"
             if isinstance(buffer, errors.CorruptRecordError):
-                live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
+                live = _live_in(shape, index, metadata.head, metadata.tail)
                 held = f"; the live offsets it holds cannot be read: {_listed(live)}" if live else ""
                 report.problems.append(f"{where} cannot be read ({buffer}){held}")
                 continue
             if buffer is None:
-                live = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) == index]
+                live = _live_in(shape, index, metadata.head, metadata.tail)
                 lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
                 if repair:
                     bins = rec.empty_buffer(
@@ -169,15 +172,17 @@ def _check_buffers(
         _check_prefix(metadata, slots_by_record, report)
         return
     missing = []
+    holding = 0
     for offset in range(metadata.head, metadata.tail):
         slots = slots_by_record.get(shape.record_of(offset))
         if slots is None:
             continue  # already reported with its record
         slot = slots[shape.slot_of(offset)]
         if isinstance(slot, list) and slot and slot[0] == offset:
-            report.live_entries += 1
+            holding += 1
         else:
             missing.append(offset)
+    report.live_entries = holding
     if missing:
         report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
 
@@ -197,12 +202,33 @@ def _well_formed(slot: Any, reserved: bool) -> bool:
     )
 
 
+def _live_in(shape: rec.QueueShape, index: int, head: int, tail: int) -> list[int]:
+    """The offsets of ``[head, tail)`` that buffer record ``index`` holds (one a slot at most)."""
+    capacity = shape.slots_per_record * shape.record_count
+    first_slot = index * shape.slots_per_record
+    live = []
+    for position in range(first_slot, first_slot + shape.slots_per_record):
+        offset = head + (position - head) % capacity  # the first offset from the head in that slot
+        if offset < tail:
+            live.append(offset)
+    return sorted(live)
+
+
+def _records_of(shape: rec.QueueShape, head: int, tail: int) -> range | set[int]:
+    """The buffer records ``[head, tail)`` lies in."""
+    if tail - head >= shape.slots_per_record * shape.record_count:
+        return range(shape.record_count)
+    return {shape.record_of(offset) for offset in range(head, tail, shape.slots_per_record)} | (
+        {shape.record_of(tail - 1)} if tail > head else set()
+    )
+
+
 def _check_prefix(metadata: rec.Metadata, slots_by_record: dict[int, list[Any]], report: CheckReport) -> None:
     """Settle [head, tail) of a queue with lock-free appends, as readers do, and report what it holds."""
     shape = metadata.shape
-    unreadable = [o for o in range(metadata.head, metadata.tail) if shape.record_of(o) not in slots_by_record]
-    if unreadable:
-        return  # already reported with their records
+    if any(index not in slots_by_record for index in _records_of(shape, metadata.head, metadata.tail)):
+        report.live_entries = None  # not settled past them: already reported with their records
+        return
 
     def slot_at(offset: int) -> Any:
         return slots_by_record[shape.record_of(offset)][shape.slot_of(offset)]

@@ -37,6 +37,19 @@ def test_missing_buffer_record_is_named_and_repaired(store: Store) -> None:
     assert check_queue(store.backend, queue.name).ok
 
 
+def test_a_missing_record_of_a_wrapped_reserving_queue_names_its_offsets_and_counts_nothing(
+    store: Store,
+) -> None:
+    queue = store.new_queue(appends="reserve", capacity=9, slots_per_record=3)
+    queue.enqueue_batch(range(7))
+    queue.dequeue_batch(5)
+    queue.enqueue_batch(range(7, 12))  # head 5, tail 12: record 0 holds 9, 10, 11; record 1 holds 5
+    store.backend.remove(queue.keys.buffer(0))
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == ["buffer record 0 is missing; the live offsets it held are gone: 9, 10, 11"]
+    assert report.live_entries is None and "live entries not counted" in report.lines()[-1]  # not 0
+
+
 def test_unpublished_and_closed_reservations_are_noted_not_problems(store: Store) -> None:
     queue = store.new_queue(capacity=9, slots_per_record=3, appends="reserve")
     queue.enqueue_batch(range(2))

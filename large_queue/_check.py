@@ -69,6 +69,11 @@ def check_queue(store: Any, name: str, *, namespace: str | None = None, repair: 
     if record is None:
         report.problems.append("the metadata record does not exist (no such queue)")
         return report
+    if record.bins.get(rec.DELETING):  # nothing to check, and nothing to repair: it is going
+        report.problems.append(
+            "the queue is being deleted (or its delete was interrupted: deleting it again finishes it)"
+        )
+        return report
     try:
         metadata = rec.parse_metadata(name, record.bins)
     except errors.CorruptQueueError as exc:

@@ -24,7 +24,8 @@ from large_queue._entries import (
     max_entry_bytes,
 )
 from large_queue._retention import check_max_age
-from large_queue.backends import Backend, RecordKey, WriteMode
+from large_queue.backends import Backend, RecordKey, Write, WriteMode
+from large_queue.fencing import same_queue
 
 MIN_ENTRY_BYTES = 16
 MIN_RECORD_SIZE_LIMIT = 8192
@@ -255,14 +256,16 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
     rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
     namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
     keys = rec.QueueKeys(name=name, metadata_namespace=namespace, buffer_namespace=namespace)
-    try:
-        record = backend.get(keys.metadata)
-    except errors.CorruptRecordError:  # its shape is unreadable: buffers are removed until one is missing
-        backend.remove(keys.metadata)
-        index = 0
-        while backend.remove(keys.buffer(index)):
-            index += 1
-    else:
+    while True:
+        try:
+            record = backend.get(keys.metadata)
+        except errors.CorruptRecordError:  # its shape is unreadable: buffers are removed until one is missing
+            backend.remove(keys.metadata)
+            index = 0
+            while backend.remove(keys.buffer(index)):
+                index += 1
+            remove_ownership(backend, keys.group(None))
+            return True
         if record is None:
             return False
         # Marked first, removed last. The timeline it must not meet:
@@ -272,12 +275,24 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
         # Marked, the queue is gone for every handle (its incarnation changes: their commands are
         # refused) and for every open, while the record still says what to remove; a later delete
         # finds it and finishes.
+        # The mark is guarded by the incarnation read: a record that changed since (another
+        # delete finished, and the name was created again) is read again, and its own shape is
+        # what the buffers to remove are counted from.
+        incarnation = record.bins.get(rec.INCARNATION)
+        marks = {rec.DELETING: 1, rec.INCARNATION: _DELETING}
         try:
-            backend.put(
-                keys.metadata, {rec.DELETING: 1, rec.INCARNATION: _DELETING}, mode=WriteMode.UPDATE_ONLY
-            )
+            if isinstance(incarnation, str):
+                backend.operate(
+                    keys.metadata,
+                    [Write(name, value) for name, value in marks.items()],
+                    condition=same_queue(incarnation),
+                )
+            else:  # a queue of a format before incarnations: nothing tells its creations apart
+                backend.put(keys.metadata, marks, mode=WriteMode.UPDATE_ONLY)
         except errors.RecordNotFoundError:
             return False  # another delete finished first
+        except errors.ConditionNotMetError:
+            continue
         for key in _existing_buffers(record.bins, name, namespace):
             backend.remove(key)
         groups = record.bins.get(rec.GROUPS)
@@ -287,8 +302,6 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
         remove_ownership(backend, keys.group(None))
         backend.remove(keys.metadata)
         return True
-    remove_ownership(backend, keys.group(None))
-    return True
 
 
 #: the incarnation a queue being deleted has: no handle's (they are random hex)

@@ -15,6 +15,7 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue import _records as rec
+from large_queue._check import check_queue
 from large_queue.backends import Backend, ListSet, ListSetRange, WriteMode
 from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
@@ -276,3 +277,54 @@ def test_a_failed_create_removes_what_it_wrote(store: Store) -> None:
         Queue.open(store.backend, name)
     keys = rec.QueueKeys(name=name, metadata_namespace="test", buffer_namespace="test")
     assert [store.backend.get(keys.buffer(i)) for i in range(4)] == [None] * 4
+
+
+class _AfterFirstRead(Delegating):
+    """A store that runs ``meanwhile`` right after its first ``get`` returns (the caller is paused there)."""
+
+    def __init__(self, inner: Backend, meanwhile: Any) -> None:
+        super().__init__(inner)
+        self.meanwhile = meanwhile
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = super().relay(method, *args, **kwargs)
+        if method == "get" and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return result
+
+
+def test_a_delete_paused_while_the_name_is_deleted_and_made_again_removes_what_is_there(store: Store) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3)  # 2 buffer records
+    bigger: list[Queue] = []
+
+    def deleted_and_made_again() -> None:
+        assert Queue.delete(store.backend, queue.name)
+        bigger.append(Queue.create(store.backend, queue.name, capacity=15, slots_per_record=3))  # 5 records
+        bigger[0].enqueue("new")
+
+    assert Queue.delete(_AfterFirstRead(store.backend, deleted_and_made_again), queue.name)
+    # its mark was refused (another creation): it read the record again and removed that queue whole
+    assert [store.backend.get(bigger[0].keys.buffer(i)) for i in range(5)] == [None] * 5
+    assert store.backend.get(queue.keys.metadata) is None
+
+
+def test_a_queue_being_deleted_is_not_checked_or_repaired_and_its_handles_are_told(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.enqueue_batch(range(5))
+    with pytest.raises(KeyboardInterrupt):
+        Queue.delete(_InterruptedAtRemove(store.backend, at=3), queue.name)  # buffers 0 and 1 gone
+    for report in (
+        check_queue(store.backend, queue.name),
+        check_queue(store.backend, queue.name, repair=True),
+    ):
+        assert (
+            report.problems
+            == ["the queue is being deleted (or its delete was interrupted: deleting it again finishes it)"]
+            and not report.repaired
+        )
+    assert store.backend.get(queue.keys.buffer(0)) is None  # not made again by the repair
+    for call in (lambda: queue.enqueue(5), lambda: queue.dequeue()):
+        with pytest.raises(QueueNotFoundError, match="is being deleted"):  # not "created again"
+            call()
+    assert Queue.delete(store.backend, queue.name)

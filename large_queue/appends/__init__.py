@@ -105,7 +105,7 @@ from large_queue.backends.conditions import (
     sub,
 )
 from large_queue.fencing import same_queue
-from large_queue.lock import READ_STORE_CLOCK, STORE_CLOCK, replaced_error
+from large_queue.lock import READ_STORE_CLOCK, STORE_CLOCK, gone_error, replaced_error
 
 log = logging.getLogger("large_queue")
 
@@ -412,7 +412,7 @@ class Appender:
         self.counters.bump("commands")
         record = self.backend.get(self.keys.metadata)
         if record is None or record.bins.get(rec.INCARNATION) != self.incarnation:
-            return replaced_error(self.keys.name, created_again=record is not None)
+            return gone_error(self.keys.name, record)
         return record
 
     def store_now(self) -> int:

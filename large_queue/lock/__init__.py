@@ -51,6 +51,7 @@ from large_queue import errors
 from large_queue._frozen import frozen
 from large_queue._guarded import guarded_write
 from large_queue._records import (
+    DELETING,
     ERASED_BELOW,
     FENCE_COUNTER,
     FENCE_EPOCH,
@@ -78,6 +79,7 @@ from large_queue.backends import (
     Operation,
     Read,
     ReadBeside,
+    Record,
     Write,
 )
 from large_queue.backends.conditions import (
@@ -202,13 +204,31 @@ _HELD_BY = all_of(
 _HELD_BY_IN = all_of(*_HELD_BY.parts, eq(StrBin(INCARNATION), Param("incarnation")))
 
 
-def replaced_error(queue: str, *, created_again: bool) -> errors.QueueNotFoundError:
-    """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
+def replaced_error(queue: str, *, created_again: bool, deleting: bool = False) -> errors.QueueNotFoundError:
+    """The error for a handle whose queue was deleted (and maybe created again) since it was opened.
+
+    ``deleting``: the record found is that of a delete under way (or interrupted).
+    """
+    if deleting:
+        return errors.QueueNotFoundError(
+            f"queue {queue!r} is being deleted (or its delete was interrupted: deleting it again finishes"
+            " it); nothing was written",
+            queue=queue,
+        )
     again = " and created again" if created_again else ""
     return errors.QueueNotFoundError(
         f"queue {queue!r} was deleted{again} since this handle opened it;"
         " nothing was written (open it again)",
         queue=queue,
+    )
+
+
+def gone_error(queue: str, found: Record | None) -> errors.QueueNotFoundError:
+    """:func:`replaced_error` for the metadata record ``found`` in place of the handle's (None: none)."""
+    return replaced_error(
+        queue,
+        created_again=found is not None,
+        deleting=found is not None and bool(found.bins.get(DELETING)),
     )
 
 
@@ -265,7 +285,7 @@ class QueueLock:
         record = self.backend.get(self.keys.metadata)
         if record is not None and record.bins.get(INCARNATION) == self.incarnation:
             return None
-        return self.replaced_error(created_again=record is not None)
+        return gone_error(self.keys.name, record)
 
     def replaced_error(self, *, created_again: bool) -> errors.QueueNotFoundError:
         """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""

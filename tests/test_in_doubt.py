@@ -7,18 +7,20 @@ and that the queue still holds exactly what was committed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from large_queue import OutcomeUnknownError, Queue, errors
 from large_queue._guarded import ATTEMPTS
-from large_queue.backends import Increment, Read, RecordKey, connect
+from large_queue.backends import Backend, Increment, Read, RecordKey, connect
 from large_queue.backends.faults import Call, FaultInjectingBackend
 from large_queue.cluster import ownership_info
 from large_queue.errors import BackendTimeoutError
@@ -208,19 +210,30 @@ def _local_server_process(address: str) -> int | None:
     return int(found[0])
 
 
-def test_a_batch_write_the_server_does_not_answer_is_a_timeout_in_doubt(aerospike_address: str) -> None:
-    server = _local_server_process(aerospike_address)
+@contextlib.contextmanager
+def _paused_server(address: str, timeout_ms: int) -> Iterator[tuple[Backend, list[RecordKey]]]:
+    """A store on the server at ``address``, and two keys (the first holding ``n=0``), the server
+    paused (SIGSTOP) inside; skipped where the server is no process this test may pause."""
+    server = _local_server_process(address)
     if server is None:
         pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
-    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=200")
-    written, beside = (RecordKey("test", "no-answer", uuid.uuid4().hex) for _ in range(2))
-    backend.put(written, {"n": 0})
-    os.kill(server, signal.SIGSTOP)  # longer than the client's timeout: the batch gets no answer
+    backend = connect(f"aerospike://{address}/test?timeout_ms={timeout_ms}")
+    keys = [RecordKey("test", "no-answer", uuid.uuid4().hex) for _ in range(2)]
+    backend.put(keys[0], {"n": 0})
+    os.kill(server, signal.SIGSTOP)
     try:
-        with pytest.raises(BackendTimeoutError) as caught:
-            backend.operate_and_read(written, [Increment("n", 1)], (beside, [Read("n")], None))
+        yield backend, keys
     finally:
         os.kill(server, signal.SIGCONT)
+
+
+def test_a_batch_write_the_server_does_not_answer_is_a_timeout_in_doubt(aerospike_address: str) -> None:
+    # paused longer than the client's timeout: the batch gets no answer
+    with (
+        _paused_server(aerospike_address, 200) as (backend, (written, beside)),
+        pytest.raises(BackendTimeoutError) as caught,
+    ):
+        backend.operate_and_read(written, [Increment("n", 1)], (beside, [Read("n")], None))
     assert caught.value.in_doubt
     deadline = time.monotonic() + 5
     record = backend.get(written)
@@ -236,20 +249,11 @@ def test_a_batch_write_the_server_does_not_answer_is_a_timeout_in_doubt(aerospik
 
 
 def test_a_batch_read_the_server_does_not_answer_is_a_timeout_not_damage(aerospike_address: str) -> None:
-    server = _local_server_process(aerospike_address)
-    if server is None:
-        pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
-    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=200")
-    keys = [RecordKey("test", "no-answer", uuid.uuid4().hex) for _ in range(2)]
-    backend.put(keys[0], {"n": 0})
-    os.kill(server, signal.SIGSTOP)
-    try:
+    with _paused_server(aerospike_address, 200) as (backend, keys):
         with pytest.raises(BackendTimeoutError):
             backend.batch_get(keys)
         with pytest.raises(BackendTimeoutError):
             backend.batch_read([(key, [Read("n")]) for key in keys])
-    finally:
-        os.kill(server, signal.SIGCONT)
     assert [record is not None for record in backend.batch_get(keys)] == [True, False]
     backend.remove(keys[0])
     backend.close()
@@ -261,14 +265,7 @@ def test_batches_sent_once_the_client_dropped_a_paused_servers_node_are_no_succe
     # Paused long enough, the client drops the node; a batch command then comes back failed as a
     # whole (code 1) with a result of 0 for each record, and no bins: it had read as applied writes
     # (a batch enqueue said committed and lost its entries) and as empty reads.
-    server = _local_server_process(aerospike_address)
-    if server is None:
-        pytest.skip("needs the Aerospike server as a process of this machine and user, to pause it")
-    backend = connect(f"aerospike://{aerospike_address}/test?timeout_ms=300")
-    keys = [RecordKey("test", "node-dropped", uuid.uuid4().hex) for _ in range(2)]
-    backend.put(keys[0], {"n": 0})
-    os.kill(server, signal.SIGSTOP)
-    try:
+    with _paused_server(aerospike_address, 300) as (backend, keys):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # about 14 s: the client gives the node up
             try:
@@ -288,8 +285,6 @@ def test_batches_sent_once_the_client_dropped_a_paused_servers_node_are_no_succe
             backend.batch_get(keys)
         with pytest.raises(errors.BackendError):
             backend.batch_read([(key, [Read("n")]) for key in keys])
-    finally:
-        os.kill(server, signal.SIGCONT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # the client finds the node again
         try:

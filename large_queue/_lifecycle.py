@@ -284,7 +284,7 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
             if isinstance(incarnation, str):
                 backend.operate(
                     keys.metadata,
-                    [Write(name, value) for name, value in marks.items()],
+                    [Write(bin_name, value) for bin_name, value in marks.items()],
                     condition=same_queue(incarnation),
                 )
             else:  # a queue of a format before incarnations: nothing tells its creations apart

@@ -29,9 +29,7 @@ class QueueStats:
     locks_lost: int = 0  #: operations ended with LockLostError: nothing of them became visible
     outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
-    entries_overwritten: int = (
-        0  #: entries dropped by this handle's overwriting appends, or found overwritten
-    )
+    entries_overwritten: int = 0  #: entries its overwriting appends dropped, or it found overwritten
     entries_expired: int = 0  #: entries dropped from the head for being older than the queue's max_age
     entries_purged: int = 0  #: entries this handle's purges dropped
     reservations: int = 0  #: offsets ranges reserved by appends without the lock (format 3)

@@ -47,9 +47,9 @@ class QueueCollector:
             handles.setdefault((queue.name, queue.keys.metadata_namespace), {})[id(queue)] = queue
         snapshots = {}
         for labels, same in handles.items():
-            latest = max(same.values(), key=lambda queue: queue.counters.size_seen)
-            summed = combined([queue.stats() for queue in same.values()])
-            snapshots[labels] = replace(summed, size=latest.stats().size)
+            seen = sorted(same.values(), key=lambda queue: queue.counters.size_seen)
+            each = [queue.stats() for queue in seen]  # one snapshot a handle; the last saw the size last
+            snapshots[labels] = replace(combined(each), size=each[-1].size)
         for field in fields(QueueStats):
             name = f"large_queue_{field.name}"
             family = (GaugeMetricFamily if field.name in _GAUGES else CounterMetricFamily)(

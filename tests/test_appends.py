@@ -158,6 +158,27 @@ def test_a_half_published_spanning_batch_is_closed_whole(store: Store) -> None:
     assert [queue.get(o) for o in range(5)] == [None] * 5
 
 
+def test_a_closed_batch_closes_its_unwritten_parts_across_the_parts_a_reader_reads_apart(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from large_queue.appends import _reader
+
+    monkeypatch.setattr(_reader, "RECORDS_PER_READ", 1)  # the prefix is read one record at a time
+    queue, _ = reserving(store, capacity=12, slots_per_record=3, hole_timeout=1.0)
+    first = queue.appender.reserve(5, overwrite=False)  # offsets 0..4: records 0 and 1
+    # The producer published record 0's part (marked with the batch's last offset 4) and died
+    # before record 1's; a reader that met offset 4 as a plain hole closed it.
+    queue.backend.operate(queue.keys.buffer(0), [rec_set(0, [[o, o, 0, 4] for o in range(3)])])
+    queue.appender.close(4, 5)
+    queue.enqueue("next")  # offset 5
+    # Offset 3 (never written) belongs to a closed batch, read in the part after the one that
+    # showed the batch closed: it is closed too, not a hole to wait on.
+    assert queue.info().tail_offset == 6
+    assert values(queue.peek(10)) == ["next"]
+    with pytest.raises(ReservationClosedError):
+        queue.appender.publish(first, list(range(5)), 0)
+
+
 def test_a_producer_refused_midway_closes_its_own_batch(store: Store) -> None:
     queue, _ = reserving(store, capacity=12, slots_per_record=3)
     first = queue.appender.reserve(5, overwrite=False)  # offsets 0..4: records 0 and 1

@@ -53,6 +53,10 @@ class Settled:
     waiting_on: int | None = None
     #: the pending offsets seen from ``end`` on, in order (what a hole closer may close)
     pending: list[int] = field(default_factory=list)
+    #: the last offsets of the spanning batches seen closed and gone so far (-1: none), which
+    #: settle their unpublished parts: a settling that goes on from ``end`` takes them on
+    closed_through: int = -1
+    gone_through: int = -1
 
 
 class MalformedSlot(ValueError):
@@ -109,6 +113,7 @@ def settle(
     slot_at: Callable[[int], Any],
     fetch: Callable[[int], Any],
     verdicts: dict[int, str] | None = None,
+    after: Settled | None = None,
 ) -> Settled:
     """Settle offsets ``[start, stop)`` in order.
 
@@ -116,14 +121,16 @@ def settle(
     reads the slot of a batch's last offset ``e`` beyond the range (one
     command; only spanning batches need it). ``verdicts`` keeps what such
     slots said across calls (published and closed are final; pending is not
-    kept). ``ValueError`` for a malformed slot.
+    kept). ``after`` is the settling of the part just before ``start``, for
+    a range settled part by part: a batch it saw closed closes its parts in
+    this one too. ``ValueError`` for a malformed slot.
     """
     settled = Settled(start=start, end=stop)
     if verdicts is None:
         verdicts = {}
     # The last offset of a spanning batch seen closed (or gone with a later lap), so that its
     # unpublished parts settle the same way: they can never show.
-    closed_through = gone_through = -1
+    closed_through, gone_through = (after.closed_through, after.gone_through) if after else (-1, -1)
     entries = settled.entries
     for offset in range(start, stop):
         slot = slot_at(offset)
@@ -150,13 +157,14 @@ def settle(
             settled.pending = [
                 o for o in range(offset, stop) if kind_of(o, slot_at(o))[0] == PENDING or o == offset
             ]
-            return settled
+            break
         if kind == ENTRY:
             settled.entries.append((offset, slot[1], slot[2]))
         elif kind == CLOSED:
             settled.closed += 1
         else:
             settled.overwritten.append(offset)
+    settled.closed_through, settled.gone_through = closed_through, gone_through
     return settled
 
 

@@ -71,21 +71,23 @@ class PrefixReader:
         slots = found.get(rec.SLOTS)
         return slots[0] if isinstance(slots, list) and slots else None
 
-    def settle(self, start: int, stop: int, slot_at: Callable[[int], Any]) -> Settled:
-        """Settle ``[start, stop)`` from slots already read (``slot_at``).
+    def settle(
+        self, start: int, stop: int, slot_at: Callable[[int], Any], after: Settled | None = None
+    ) -> Settled:
+        """Settle ``[start, stop)`` from slots already read (``slot_at``), going on from ``after``.
 
         A malformed slot is ``CorruptQueueError``.
         """
         if len(self.verdicts) > 10_000:
             self.verdicts.clear()
         try:
-            return settle(start, stop, slot_at, self.fetch, self.verdicts)
+            return settle(start, stop, slot_at, self.fetch, self.verdicts, after)
         except ValueError as exc:  # a MalformedSlot names its offset
             raise self.corrupt(getattr(exc, "offset", start), str(exc)) from None
 
-    def read(self, start: int, stop: int) -> Settled:
+    def read(self, start: int, stop: int, after: Settled | None = None) -> Settled:
         """Read ``[start, stop)`` (one batch read per :data:`RECORDS_PER_READ` records) and settle it."""
-        return self.settle(start, stop, self.slots(start, stop).__getitem__)
+        return self.settle(start, stop, self.slots(start, stop).__getitem__, after)
 
     def slots(self, start: int, stop: int) -> dict[int, Any]:
         """The slots of offsets ``[start, stop)`` as stored (batch reads of up to 64 records)."""
@@ -204,7 +206,7 @@ class PrefixReader:
         last: Settled | None = None
         while end < stop:
             part_stop = min(stop, end + step)
-            last = self.read(end, part_stop)
+            last = self.read(end, part_stop, last)
             end = last.end
             if last.pending or end < part_stop:
                 break

@@ -20,8 +20,8 @@ from typing import Any
 from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import decode_entry
-from large_queue.appends._prefix import settle
-from large_queue.backends import Backend, Record, WriteMode, connect
+from large_queue.appends._prefix import Settled, settle
+from large_queue.backends import Backend, ListGetRange, Record, WriteMode, connect
 
 BATCH = 200
 MAX_LISTED = 10
@@ -105,91 +105,245 @@ def _check_groups(backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata,
 def _check_buffers(
     backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata, report: CheckReport, repair: bool
 ) -> None:
+    """Check every buffer record, :data:`BATCH` at a time, and count the live entries as they come.
+
+    The records are read in ring order from the head's, so that the live
+    offsets are counted in order with only one batch of records in memory
+    (and the head's record, which a full queue's last offsets lie in too).
+    """
+    shape = metadata.shape
+    first = shape.record_of(metadata.head)
+    order = [(first + step) % shape.record_count for step in range(shape.record_count)]
+    counting: _LiveCount = (
+        _PrefixCount(backend, keys, metadata) if metadata.reserved else _PlainCount(metadata)
+    )
+    head_slots: list[Any] | None = None
+    base = metadata.head - shape.slot_of(metadata.head)  # the first offset of the head's record
+    for part in range(0, len(order), BATCH):
+        indexes = order[part : part + BATCH]
+        window: dict[int, list[Any] | None] = {}
+        for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
+            window[index] = _check_buffer(backend, keys, metadata, report, repair, index, buffer)
+        if part == 0:
+            head_slots = window[first]
+        window[first] = head_slots
+        counting.count(window, reach=base + (part + len(indexes)) * shape.slots_per_record)
+    # A full queue's last offsets lie in the head's record again.
+    counting.count({first: head_slots}, reach=metadata.tail)
+    report.live_entries = counting.finish(report)
+
+
+def _check_buffer(
+    backend: Backend,
+    keys: rec.QueueKeys,
+    metadata: rec.Metadata,
+    report: CheckReport,
+    repair: bool,
+    index: int,
+    buffer: Record | errors.CorruptRecordError | None,
+) -> list[Any] | None:
+    """Report what is wrong with buffer record ``index`` (recreate it if missing and ``repair``).
+
+    Its slots if they can be counted, else None.
+    """
     shape = metadata.shape
     token = (metadata.fence_epoch, metadata.fence_counter)
-    slots_by_record: dict[int, list[Any]] = {}
-    for first in range(0, shape.record_count, BATCH):
-        indexes = range(first, min(first + BATCH, shape.record_count))
-        for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
-            where = f"buffer record {index}"
-            if isinstance(buffer, errors.CorruptRecordError):
-                live = _live_in(shape, index, metadata.head, metadata.tail)
-                held = f"; the live offsets it holds cannot be read: {_listed(live)}" if live else ""
-                report.problems.append(f"{where} cannot be read ({buffer}){held}")
-                continue
-            if buffer is None:
-                live = _live_in(shape, index, metadata.head, metadata.tail)
-                lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
-                if repair:
-                    bins = rec.empty_buffer(
-                        shape.slots_per_record, token, metadata.incarnation, reserved=metadata.reserved
-                    )
-                    if metadata.reserved:  # gone, published or not: closed, so readers pass them at once
-                        for offset in live:  # (and a producer still to publish one is refused)
-                            bins[rec.SLOTS][shape.slot_of(offset)] = [offset]
-                    # marked with the current token: only newer holders can write it
-                    backend.put(keys.buffer(index), bins, mode=WriteMode.CREATE_ONLY)
-                    report.repaired.append(f"{where} was missing and was recreated empty{lost}")
-                    slots_by_record[index] = bins[rec.SLOTS]
-                else:
-                    report.problems.append(f"{where} is missing{lost}")
-                continue
-            slots = buffer.bins.get(rec.SLOTS)
-            if buffer.bins.get(rec.INCARNATION) != metadata.incarnation:
-                report.problems.append(
-                    f"{where} belongs to another creation of the queue (incarnation"
-                    f" {buffer.bins.get(rec.INCARNATION)!r}, not {metadata.incarnation!r})"
-                )
-                continue
-            marks = (buffer.bins.get(rec.FENCE_EPOCH), buffer.bins.get(rec.FENCE_COUNTER))
-            if not all(type(mark) is int for mark in marks):
-                report.problems.append(f"{where} has missing or non-integer fencing marks {marks}")
-            elif marks > token:
-                report.problems.append(
-                    f"{where} has fencing mark {marks}, ahead of the queue's counter {token}"
-                )
-            if not isinstance(slots, list) or len(slots) != shape.slots_per_record:
-                report.problems.append(f"{where} does not hold a list of {shape.slots_per_record} slots")
-                continue
-            slots_by_record[index] = slots
-            for position, slot in enumerate(slots):
-                if slot is None:
-                    continue
-                if not _well_formed(slot, metadata.reserved):
-                    report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
-                elif slot[0] >= metadata.tail:  # an append in progress, or a locked one never committed
-                    report.notes.append(
-                        f"{where} slot {position} holds offset {slot[0]}, at or beyond the tail"
-                        f" {metadata.tail} (an append under way, or one that was never committed)"
-                    )
-                elif len(slot) < 3 and (slot[0] == -1 or metadata.reserved):
-                    continue  # empty, or a closed reservation (lock-free appends)
-                elif slot[0] % shape.capacity != index * shape.slots_per_record + position:
-                    report.problems.append(
-                        f"{where} slot {position} holds offset {slot[0]}, which belongs elsewhere"
-                    )
-                else:
-                    try:
-                        decode_entry(metadata.encoding, slot[1])
-                    except ValueError as exc:
-                        report.problems.append(f"{where} slot {position} holds no valid entry: {exc}")
-    if metadata.reserved:
-        _check_prefix(metadata, slots_by_record, report)
-        return
-    missing = []
-    holding = 0
-    for offset in range(metadata.head, metadata.tail):
-        slots = slots_by_record.get(shape.record_of(offset))
-        if slots is None:
-            continue  # already reported with its record
-        slot = slots[shape.slot_of(offset)]
-        if isinstance(slot, list) and slot and slot[0] == offset:
-            holding += 1
+    where = f"buffer record {index}"
+    if isinstance(buffer, errors.CorruptRecordError):
+        live = _live_in(shape, index, metadata.head, metadata.tail)
+        held = f"; the live offsets it holds cannot be read: {_listed(live)}" if live else ""
+        report.problems.append(f"{where} cannot be read ({buffer}){held}")
+        return None
+    if buffer is None:
+        live = _live_in(shape, index, metadata.head, metadata.tail)
+        lost = f"; the live offsets it held are gone: {_listed(live)}" if live else ""
+        if not repair:
+            report.problems.append(f"{where} is missing{lost}")
+            return None
+        bins = rec.empty_buffer(
+            shape.slots_per_record, token, metadata.incarnation, reserved=metadata.reserved
+        )
+        if metadata.reserved:  # gone, published or not: closed, so readers pass them at once
+            for offset in live:  # (and a producer still to publish one is refused)
+                bins[rec.SLOTS][shape.slot_of(offset)] = [offset]
+        # marked with the current token: only newer holders can write it
+        backend.put(keys.buffer(index), bins, mode=WriteMode.CREATE_ONLY)
+        report.repaired.append(f"{where} was missing and was recreated empty{lost}")
+        return list(bins[rec.SLOTS])
+    slots = buffer.bins.get(rec.SLOTS)
+    if buffer.bins.get(rec.INCARNATION) != metadata.incarnation:
+        report.problems.append(
+            f"{where} belongs to another creation of the queue (incarnation"
+            f" {buffer.bins.get(rec.INCARNATION)!r}, not {metadata.incarnation!r})"
+        )
+        return None
+    marks = (buffer.bins.get(rec.FENCE_EPOCH), buffer.bins.get(rec.FENCE_COUNTER))
+    if not all(type(mark) is int for mark in marks):
+        report.problems.append(f"{where} has missing or non-integer fencing marks {marks}")
+    elif marks > token:
+        report.problems.append(f"{where} has fencing mark {marks}, ahead of the queue's counter {token}")
+    if not isinstance(slots, list) or len(slots) != shape.slots_per_record:
+        report.problems.append(f"{where} does not hold a list of {shape.slots_per_record} slots")
+        return None
+    for position, slot in enumerate(slots):
+        if slot is None:
+            continue
+        if not _well_formed(slot, metadata.reserved):
+            report.problems.append(f"{where} slot {position} is malformed: {slot!r:.80}")
+        elif slot[0] >= metadata.tail:  # an append in progress, or a locked one never committed
+            report.notes.append(
+                f"{where} slot {position} holds offset {slot[0]}, at or beyond the tail"
+                f" {metadata.tail} (an append under way, or one that was never committed)"
+            )
+        elif len(slot) < 3 and (slot[0] == -1 or metadata.reserved):
+            continue  # empty, or a closed reservation (lock-free appends)
+        elif slot[0] % shape.capacity != index * shape.slots_per_record + position:
+            report.problems.append(f"{where} slot {position} holds offset {slot[0]}, which belongs elsewhere")
         else:
-            missing.append(offset)
-    report.live_entries = holding
-    if missing:
-        report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
+            try:
+                decode_entry(metadata.encoding, slot[1])
+            except ValueError as exc:
+                report.problems.append(f"{where} slot {position} holds no valid entry: {exc}")
+    return slots
+
+
+class _LiveCount:
+    """Counts the live entries of ``[head, tail)`` from records fed in ring order from the head's."""
+
+    def count(self, window: dict[int, list[Any] | None], reach: int) -> None:
+        """Count what the records of ``window`` hold of ``[head, reach)`` (None: not countable)."""
+        raise NotImplementedError
+
+    def finish(self, report: CheckReport) -> int | None:
+        """Report what was found; the count (None if records that hold live offsets could not be read)."""
+        raise NotImplementedError
+
+
+class _PlainCount(_LiveCount):
+    """A queue whose appends take the lock: each live offset's slot must hold it."""
+
+    def __init__(self, metadata: rec.Metadata) -> None:
+        self.metadata = metadata
+        self.holding = 0
+        self.missing: list[int] = []
+        self.counted: set[int] = set()
+
+    def count(self, window: dict[int, list[Any] | None], reach: int) -> None:
+        """Count the live offsets each record of ``window`` holds (the order does not matter here)."""
+        metadata = self.metadata
+        for index, slots in window.items():
+            if slots is None or index in self.counted:
+                continue  # a record that cannot be counted is reported with it
+            self.counted.add(index)
+            for offset in _live_in(metadata.shape, index, metadata.head, metadata.tail):
+                slot = slots[metadata.shape.slot_of(offset)]
+                if isinstance(slot, list) and slot and slot[0] == offset:
+                    self.holding += 1
+                else:
+                    self.missing.append(offset)
+
+    def finish(self, report: CheckReport) -> int | None:
+        """Report the live offsets whose slots lost their entry; how many hold theirs."""
+        if self.missing:
+            report.problems.append(
+                f"live offsets whose slots no longer hold their entry: {_listed(sorted(self.missing))}"
+            )
+        return self.holding
+
+
+class _PrefixCount(_LiveCount):
+    """A queue with lock-free appends: ``[head, tail)`` settled in order, as readers do."""
+
+    def __init__(self, backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata) -> None:
+        self.backend = backend
+        self.keys = keys
+        self.metadata = metadata
+        self.start = metadata.head
+        self.after: Settled | None = None
+        self.verdicts: dict[int, str] = {}
+        self.window: dict[int, list[Any] | None] = {}
+        self.entries = self.closed = self.overwritten = 0
+        self.lost: list[int] = []  # below the published mark, so once published: their entries are gone
+        self.pending: list[int] = []
+        self.malformed: str | None = None
+        self.blocked = False  # past a record that cannot be read: not settled further
+
+    def count(self, window: dict[int, list[Any] | None], reach: int) -> None:
+        """Settle ``[start, reach)`` (every offset, past an unpublished one too), part by part."""
+        shape, tail = self.metadata.shape, self.metadata.tail
+        self.window = window
+        stop = min(reach, tail)
+        if self.blocked or self.start >= stop:
+            return
+        if any(window.get(index) is None for index in _records_of(shape, self.start, stop)):
+            self.blocked = True  # not settled past them: already reported with their records
+            return
+        while self.start < stop:
+            try:
+                settled = settle(self.start, stop, self._slot_at, self._fetch, self.verdicts, self.after)
+            except _Unreadable:
+                self.blocked = True
+                return
+            except ValueError as exc:
+                self.malformed, self.blocked = str(exc), True
+                return
+            self.entries += len(settled.entries)
+            self.closed += settled.closed
+            self.overwritten += len(settled.overwritten)
+            self.after = settled
+            self.start = settled.end
+            if settled.end < stop:
+                (self.lost if settled.end < self.metadata.published else self.pending).append(settled.end)
+                self.start += 1
+
+    def _slot_at(self, offset: int) -> Any:
+        slots = self.window[self.metadata.shape.record_of(offset)]
+        assert slots is not None  # checked before settling
+        return slots[self.metadata.shape.slot_of(offset)]
+
+    def _fetch(self, offset: int) -> Any:
+        """The slot of a spanning batch's last offset, read alone where its record is not at hand."""
+        shape = self.metadata.shape
+        slots = self.window.get(shape.record_of(offset))
+        if slots is not None:
+            return slots[shape.slot_of(offset)]
+        try:
+            found = self.backend.operate(
+                self.keys.buffer(shape.record_of(offset)), [ListGetRange(rec.SLOTS, shape.slot_of(offset), 1)]
+            )
+        except (errors.RecordNotFoundError, errors.CorruptRecordError):
+            raise _Unreadable from None
+        slots = found.get(rec.SLOTS)
+        if not isinstance(slots, list) or not slots:
+            raise _Unreadable
+        return slots[0]
+
+    def finish(self, report: CheckReport) -> int | None:
+        """Report lost, overwritten, closed and pending offsets; the entries counted."""
+        if self.malformed:
+            report.problems.append(f"a live slot is malformed: {self.malformed}")
+        if self.overwritten:
+            report.problems.append(f"{self.overwritten} live offsets whose slots hold a later lap's entry")
+        if self.lost:
+            report.problems.append(
+                f"live offsets below the published mark {self.metadata.published} hold no entry (lost):"
+                f" {_listed(self.lost)}"
+            )
+        if self.closed:
+            report.notes.append(
+                f"{self.closed} reserved offsets were closed unpublished (their producers failed)"
+            )
+        if self.pending:
+            report.notes.append(
+                f"offsets {_listed(self.pending)} are reserved and not published yet: the prefix ends at"
+                f" {self.pending[0]} (readers close them after the hole timeout if their producers never"
+                " publish)"
+            )
+        return None if self.blocked else self.entries
+
+
+class _Unreadable(Exception):
+    """A slot that decides a spanning batch lies in a record that cannot be read."""
 
 
 def _well_formed(slot: Any, reserved: bool) -> bool:
@@ -228,51 +382,8 @@ def _records_of(shape: rec.QueueShape, head: int, tail: int) -> range | set[int]
     )
 
 
-def _check_prefix(metadata: rec.Metadata, slots_by_record: dict[int, list[Any]], report: CheckReport) -> None:
-    """Settle [head, tail) of a queue with lock-free appends, as readers do, and report what it holds."""
-    shape = metadata.shape
-    if any(index not in slots_by_record for index in _records_of(shape, metadata.head, metadata.tail)):
-        report.live_entries = None  # not settled past them: already reported with their records
-        return
-
-    def slot_at(offset: int) -> Any:
-        return slots_by_record[shape.record_of(offset)][shape.slot_of(offset)]
-
-    entries = closed = overwritten = 0
-    lost: list[int] = []  # below the published mark, so once published: their entries are gone
-    pending: list[int] = []
-    start = metadata.head
-    while start < metadata.tail:  # every offset counted: past an unpublished one too
-        try:
-            settled = settle(start, metadata.tail, slot_at, slot_at)
-        except ValueError as exc:
-            report.problems.append(f"a live slot is malformed: {exc}")
-            return
-        entries += len(settled.entries)
-        closed += settled.closed
-        overwritten += len(settled.overwritten)
-        if settled.end < metadata.tail:
-            (lost if settled.end < metadata.published else pending).append(settled.end)
-        start = settled.end + 1
-    report.live_entries = entries
-    if overwritten:
-        report.problems.append(f"{overwritten} live offsets whose slots hold a later lap's entry")
-    if lost:
-        report.problems.append(
-            f"live offsets below the published mark {metadata.published} hold no entry (lost):"
-            f" {_listed(lost)}"
-        )
-    if closed:
-        report.notes.append(f"{closed} reserved offsets were closed unpublished (their producers failed)")
-    if pending:
-        report.notes.append(
-            f"offsets {_listed(pending)} are reserved and not published yet: the prefix ends at {pending[0]}"
-            " (readers close them after the hole timeout if their producers never publish)"
-        )
-
-
 def _read_buffers(
-    backend: Backend, keys: rec.QueueKeys, indexes: range
+    backend: Backend, keys: rec.QueueKeys, indexes: list[int]
 ) -> list[Record | errors.CorruptRecordError | None]:
     """Buffer records in one batch; one by one when the batch holds a damaged one, to name it."""
     try:

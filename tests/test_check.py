@@ -24,6 +24,47 @@ def test_a_healthy_queue_passes(store: Store, appends: str) -> None:
     assert report.live_entries == 3
 
 
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_full_queue_read_a_few_records_at_a_time_counts_every_entry_once(
+    store: Store, appends: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from large_queue import _check
+
+    monkeypatch.setattr(_check, "BATCH", 2)  # 7 records in 4 reads, from the head's record round
+    queue = store.new_queue(capacity=21, slots_per_record=3, appends=appends)
+    queue.enqueue_batch(range(19))
+    queue.dequeue_batch(17)
+    queue.enqueue_batch(range(19))  # head 17, tail 38: full, the last two in the head's record again
+    report = check_queue(store.backend, queue.name)
+    assert report.ok, report.lines()
+    assert report.live_entries == 21
+    store.backend.remove(queue.keys.buffer(1))  # offsets 24..26 gone
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == ["buffer record 1 is missing; the live offsets it held are gone: 24, 25, 26"]
+
+
+def test_check_holds_a_few_records_in_memory_however_long_the_queue(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    from large_queue import _check
+
+    monkeypatch.setattr(_check, "BATCH", 4)
+    queue = store.new_queue(capacity=2_000, slots_per_record=10)
+    entry = "x" * 1_000
+    for _ in range(4):
+        queue.enqueue_batch([entry] * 500)  # 2 MB of entries in 200 records
+    tracemalloc.start()
+    try:
+        report = check_queue(store.backend, queue.name)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.ok and report.live_entries == 2_000, report.lines()
+    assert peak < 400_000, peak  # read 4 records (40 KB of entries) at a time, not all 2 MB
+
+
 def test_missing_buffer_record_is_named_and_repaired(store: Store) -> None:
     queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3)
     queue.enqueue_batch(range(5))

@@ -211,17 +211,24 @@ def _short_of_pending(queue: Queue, head: int, end: int) -> int:
     goes too; one with none above it (up to ``end``) may be younger, and stays.
     So the offsets below ``end`` are read back, a record at a time, down to
     the first entry: a run of reservations longer than a record (a batch in
-    flight) stays whole.
+    flight) stays whole. A published part of a batch spanning records is no
+    such entry while the batch's last offset is unpublished (readers show
+    none of the batch until then): it stays with the rest of its batch, or
+    the batch would show without it once published.
     """
+    kinds: dict[int, str] = {}  # what the offsets read back hold
     top = end
     while top > head:
         low = max(head, top - queue.shape.slots_per_record)
         slots = queue.prefix.slots(low, top)
         for offset in range(top - 1, low - 1, -1):
             try:
-                kind, _ = kind_of(offset, slots.get(offset))
+                kind, last = kind_of(offset, slots.get(offset))
+                if kind == ENTRY and last is not None:  # a part: its batch's last offset decides
+                    kind = kinds.get(last) or kind_of(last, queue.prefix.fetch(last))[0]
             except ValueError:  # not a slot this queue writes: left for a reader to report
                 return offset
+            kinds[offset] = kind
             if kind == PENDING:
                 end = offset
             elif kind == ENTRY:

@@ -712,8 +712,10 @@ class Queue:
         """Drop the entries older than the queue's ``max_age`` from the head now; return their offsets.
 
         Dequeues, consumers and full enqueues drop expired entries as they
-        pass them; this is for an operator or a timer that wants the room (or
-        the store's memory) back sooner. Takes the lock: about
+        pass them; this is for an operator or a timer that wants the room
+        back sooner (the dropped values stay in their slots, as dequeued ones
+        may, until a later lap or a dequeue's erasure reaches them: the store's
+        memory is not given back). Takes the lock: about
         ``log2(records) + 3`` round trips. An empty range if the queue was
         created without ``max_age`` or nothing has expired. Consumer groups
         see the offsets dropped below their cursors as lost, with the range.

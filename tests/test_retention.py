@@ -200,6 +200,24 @@ def test_expire_keeps_a_run_of_reservations_longer_than_a_record_that_nothing_ex
     assert [e.value for e in queue.dequeue_batch(10)] == [f"fresh-{o}" for o in range(5)]
 
 
+def test_expire_keeps_a_spanning_batch_whole_while_its_last_record_is_unpublished(store: Store) -> None:
+    from large_queue import _records as rec
+    from large_queue.backends import ListSetRange
+
+    queue = _queue(store, "reserve", capacity=12, slots_per_record=3, hole_timeout=60, encoding="native")
+    queue.enqueue("old")  # offset 0
+    first, now_ms = queue.appender.reserve_stamped(5, overwrite=False)  # 1..5: records 0 and 1
+    values = check_entries([f"b{i}" for i in range(5)], 1000, queue.encoding)
+    # Its producer published record 0's part (marked with the batch's last offset, 5) and paused.
+    parts = [[first + i, values[i], now_ms, first + 4] for i in range(2)]
+    queue.backend.operate(queue.keys.buffer(0), [ListSetRange(rec.SLOTS, 1, parts)])
+    store.advance(LATER)
+    assert queue.expire() == range(0, 1)  # not into the batch: its part in record 0 stays
+    queue.appender.publish(first, values, now_ms, repeat=True)  # the producer goes on
+    assert [e.value for e in queue.peek()] == ["b0", "b1", "b2", "b3", "b4"]  # whole, expired or not
+    assert queue.expire() == range(1, 6)  # and then it goes whole
+
+
 def test_expire_past_a_reservation_never_published_says_the_head_may_have_skipped_it(store: Store) -> None:
     queue = _queue(store, "reserve", capacity=4, slots_per_record=2, hole_timeout=60)
     put = queue.receipts.reserved("T", 1)

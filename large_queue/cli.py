@@ -502,7 +502,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "groups":
                 if args.to is not None and not args.seek:
                     raise errors.InvalidArgumentError("--to says where --seek moves a group: give --seek too")
-                target = _seek_target(args.to) if args.seek else None  # refused before anything changes
+                target = _seek_target(args.to) if args.seek else None
+                if args.seek:  # refused before anything changes
+                    from large_queue.cluster._groups import check_seek
+
+                    check_seek(queue, args.seek, target)
                 if args.create:
                     _print({"created": queue.create_group(args.create)})
                 if args.delete:

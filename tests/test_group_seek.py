@@ -111,6 +111,13 @@ def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[st
     bad = ["--create", "new", "--delete", "keeper", "--seek", "g", "--to", "yesterday"]
     assert main(["--url", place.url, "groups", name, *bad]) == 1  # refused before the others ran
     assert "--to must be" in capsys.readouterr().err
+    for to, said in [
+        ("2000-01-01T00:00:00", "time zone"),
+        ("-5", "cannot seek to offset -5"),
+        ("9", "offset 9"),
+    ]:
+        assert main(["--url", place.url, "groups", name, *bad[:4], "--seek", "g", "--to", to]) == 1
+        assert said in capsys.readouterr().err  # refused before the group was made or the other deleted
     queue = Queue.open(place.connect(), name)
     assert queue.group("g").delivered_offset == 0
     assert sorted(g.name for g in queue.groups()) == ["g", "keeper"]

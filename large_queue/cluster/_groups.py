@@ -38,6 +38,7 @@ from typing import Any
 
 from large_queue import _lifecycle, errors
 from large_queue import _records as rec
+from large_queue._seek import as_ms
 from large_queue._txn import internal
 from large_queue.backends import Read, RecordKey, Write, WriteMode
 from large_queue.backends.conditions import IntBin, StrBin, all_of, eq, le
@@ -389,17 +390,9 @@ def seek(queue: Queue, name: str, to: object) -> int:
     and a letter it had already written stays in the dead-letter queue,
     uncounted. A seek is a replay: entries may be handled twice.
     """
-    check_group(name)
-    if not (type(to) is int or to in ("head", "tail") or isinstance(to, datetime.datetime)):
-        raise errors.InvalidArgumentError(
-            f"a group seeks to an offset (an int), 'head', 'tail' or an aware datetime, got {to!r}"
-        )
+    check_seek(queue, name, to)
     if name not in queue.current_metadata().groups:  # refused before the lock is taken (and again under it)
         raise Ownership(queue, "seek", timeout=1.0, group=name).missing()
-    if type(to) is int:
-        head, end = queue.published_tail()
-        if not head <= to <= end:
-            raise _out_of_range(queue, name, to, head, end)
     # a moment is looked up before the lock (a bisection): an offset the head passes meanwhile is clamped
     guessed = queue.offset_at(to) if isinstance(to, datetime.datetime) else None
     with queue.lock.holding(internal(f"group:{name}:seek")) as grant:
@@ -423,6 +416,26 @@ def seek(queue: Queue, name: str, to: object) -> int:
             grant, head=head if moved else None, skipped_to=head if moved and queue.marked else None
         )
     return target
+
+
+def check_seek(queue: Queue, name: str, to: object) -> None:
+    """Refuse a seek of group ``name`` to ``to`` that cannot be made (``InvalidArgumentError``).
+
+    The group's name, the kind of ``to``, a moment's time zone, and an
+    offset's place in the queue as it is now (one read); whether the group
+    exists is not looked at.
+    """
+    check_group(name)
+    if not (type(to) is int or to in ("head", "tail") or isinstance(to, datetime.datetime)):
+        raise errors.InvalidArgumentError(
+            f"a group seeks to an offset (an int), 'head', 'tail' or an aware datetime, got {to!r}"
+        )
+    if isinstance(to, datetime.datetime):
+        as_ms(to)  # a time without a zone is refused
+    elif type(to) is int:
+        head, end = queue.published_tail()
+        if not head <= to <= end:
+            raise _out_of_range(queue, name, to, head, end)
 
 
 def _out_of_range(queue: Queue, name: str, offset: int, head: int, end: int) -> errors.InvalidArgumentError:

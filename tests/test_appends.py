@@ -13,7 +13,13 @@ from large_queue.appends._prefix import HoleWatch
 from large_queue.backends import Backend, RecordCommand
 from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import BackendError, BackendTimeoutError, CorruptQueueError, LockNotAcquiredError
+from large_queue.errors import (
+    BackendError,
+    BackendTimeoutError,
+    ConditionNotMetError,
+    CorruptQueueError,
+    LockNotAcquiredError,
+)
 from large_queue.lock import LockPolicy
 from tests.fix_backends import Store
 
@@ -64,7 +70,28 @@ def test_a_full_queue_refuses_a_reservation_and_reserves_nothing(store: Store) -
         queue.enqueue_batch(["x", "y"])
     assert queue.info().reserved_tail == 5
     assert queue.enqueue("last") == 5
+    with pytest.raises(QueueFullError):  # a single enqueue, at exactly the capacity
+        queue.enqueue("one too many")
     assert values(queue.dequeue_batch(10)) == [0, 1, 2, 3, 4, "last"]
+
+
+def test_a_closer_that_comes_after_the_publish_is_refused_and_the_entry_stays(store: Store) -> None:
+    queue, _ = reserving(store, capacity=6, slots_per_record=3)
+    first, now_ms = queue.appender.reserve_stamped(1, overwrite=False)
+    queue.appender.publish(first, ["published"], now_ms)
+    with pytest.raises(ConditionNotMetError):  # the reader had seen the hole before the publish
+        queue.appender.close(first, first + 1)
+    assert values(queue.peek()) == ["published"]
+
+
+def test_a_slot_still_holding_the_last_laps_entry_is_a_hole_not_that_entry(store: Store) -> None:
+    queue, _ = reserving(store, capacity=3, slots_per_record=3)
+    queue.enqueue_batch(["old-0", "old-1", "old-2"])
+    assert values(queue.dequeue_batch(3)) == ["old-0", "old-1", "old-2"]
+    queue.appender.reserve(1, overwrite=False)  # offset 3, in the slot of offset 0: not published
+    queue.enqueue("after")  # offset 4
+    assert queue.peek() == [] and queue.dequeue() is None and queue.get(3) is None
+    assert queue.info().tail_offset == 3
 
 
 def test_overwriting_moves_the_head_in_the_reservation(store: Store) -> None:

@@ -690,3 +690,22 @@ def test_a_store_closed_while_threads_are_inside_its_calls_ends_them_with_librar
                 queue.info()
             with pytest.raises(errors.BackendUnavailableError, match="was closed"):
                 Queue.names(backend)  # a scan, not a record command: refused alike
+
+
+def test_a_comparison_on_a_missing_bin_or_another_type_is_not_met(store: Store) -> None:
+    """As on Aerospike (the filter expression is unknown: FilteredOut), a guard that compares a
+    bin the record lacks, or a bin of another type, refuses the write: e.g. a lock whose
+    ``lock_ttl`` bin is lost must not count as expired."""
+    import uuid
+
+    from large_queue import errors
+    from large_queue.backends import Read, RecordKey, Write
+    from large_queue.backends.conditions import IntBin, eq, gt, lt
+
+    key = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    backend = store.backend
+    backend.put(key, {"n": 1, "s": "x"})
+    for condition in (eq(IntBin("absent"), 1), gt(IntBin("n"), IntBin("absent")), lt(IntBin("s"), 5)):
+        with pytest.raises(errors.ConditionNotMetError):
+            backend.operate(key, [Write("n", 2)], condition=condition)
+    assert backend.operate(key, [Read("n")]) == {"n": 1}

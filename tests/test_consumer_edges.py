@@ -19,6 +19,7 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue.cluster import Consumer, Message, OwnershipEvent, ownership_info
+from large_queue.cluster._ownership import Ownership
 from tests.fix_backends import Store
 
 FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
@@ -356,3 +357,58 @@ def test_an_owner_timeout_stated_by_another_instance_is_not_believed(store: Stor
         # a take by a version that does not know the bin: a new instance, the old statement left
         store.backend.operate(queue.keys.group(None).owner, [Write("instance", "old-version-node")])
         assert Ownership(queue, "judge", timeout=9.0).read().timeout_ms == 9_000  # the judge's own
+
+
+def test_an_owner_write_of_an_earlier_epoch_of_the_same_consumer_is_refused(store: Store) -> None:
+    """One consumer (instance) owns epoch e1, loses it (hand-over, take-back) and owns e1+2; a write
+    still guarded by e1 (a command delayed past a timeout) must be refused, not overwrite the cursor."""
+    queue = store.new_queue()
+    queue.enqueue_batch(range(5))
+    node = Ownership(queue, "a", timeout=5.0)
+    node.join()
+    e1 = node.take(node.read(), owner_gone=False)
+    assert e1 is not None
+    node.commit(e1, cursor=3, inflight={1: 1, 2: 1})
+    assert node.hand_over(e1, to=None)
+    e2 = node.take(node.read(), owner_gone=False)
+    assert e2 is not None and e2 > e1
+    node.commit(e2, cursor=5, inflight={})
+    with pytest.raises(OwnershipLostError):
+        node.commit(e1, cursor=3, inflight={1: 1, 2: 1})
+    assert node.read().cursor == 5
+
+
+def test_a_stale_owner_of_a_group_made_again_cannot_write_into_it(store: Store) -> None:
+    """Owner records of a group made again start over at epoch 0, so an epoch alone does not
+    name the owner: a consumer of the deleted group at epoch 1 must not write into the new group
+    whose owner (another consumer) is also at epoch 1."""
+    queue = store.new_queue()
+    queue.enqueue_batch(range(5))
+    assert queue.create_group("g")
+    old = Ownership(queue, "a", timeout=5.0, group="g")
+    old.join()
+    stale_epoch = old.take(old.read(), owner_gone=False)
+    assert queue.delete_group("g")
+    assert queue.create_group("g")
+    new = Ownership(queue, "b", timeout=5.0, group="g")
+    new.join()
+    epoch = new.take(new.read(), owner_gone=False)
+    assert epoch == stale_epoch, (epoch, stale_epoch)  # the coincidence the instance guard is for
+    new.commit(epoch, cursor=0, inflight={})
+    with pytest.raises(OwnershipLostError):
+        old.commit(stale_epoch, cursor=5, inflight={})
+    assert new.read().cursor == 0
+
+
+def test_a_stream_commit_replayed_with_an_older_offset_leaves_the_cursor_where_it_was(store: Store) -> None:
+    """A group's cursor never moves back (a micro-batch committed again is a
+    no-op). A replayed commit of an earlier micro-batch must not move the group back."""
+    from large_queue.cluster import _groups
+
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    queue.create_group("spark")
+    queue.create_group("audit")  # holds the head at 0, so nothing the cursor passed is gone
+    queue.enqueue_batch(range(6))
+    _groups.commit_cursor(queue, "spark", 5)
+    _groups.commit_cursor(queue, "spark", 2)  # the earlier micro-batch's commit, replayed
+    assert queue.group("spark").acked_offset == 5

@@ -124,3 +124,36 @@ def test_a_waiting_dequeue_waits_on_a_held_lock_until_its_own_timeout_not_longer
     assert time.monotonic() - began < 10  # the acquire timeout (20 s) did not hold it up
     assert queue.dequeue_batch(5, timeout=0.1) == []
     assert queue.stats().dequeue_calls == 2
+
+
+def test_a_txns_earlier_attempt_is_fenced_off_by_its_retakes_token(store: Store) -> None:
+    """A retry of a txn takes its lock back and its earlier attempt is
+    fenced off by the new token. A paused first attempt (T, token 1) comes back after B dequeued
+    the head and T's retry took the lock back: its commit (head 1, receipt "dequeued 0") must be
+    refused, or entry 0 is delivered twice (to B, and to T through its receipt)."""
+    queue = store.new_queue(appends="lock", lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    queue.enqueue_batch(["a", "b"])
+    first = queue.lock.try_acquire("T", receipt=True)  # the first attempt: head 0, then it pauses
+    store.advance(TTL * 2)
+    assert queue.dequeue().value == "a"  # B breaks the expired lock and takes offset 0
+    retry = queue.lock.try_acquire("T", receipt=True)  # the retry: lock free, taken, head 1
+    assert retry.head == 1 and retry.token > first.token
+    put = queue.receipts.committed("T", "d", range(0, 1))
+    with pytest.raises(LockLostError):
+        queue.lock.commit(first, head=first.head + 1, receipt=put)  # the paused attempt resumes
+    queue.lock.commit(retry, head=retry.head + 1, receipt=queue.receipts.committed("T", "d", range(1, 2)))
+    assert queue.outcome("T").receipt.offsets == range(1, 2)
+
+
+def test_a_txn_retaking_its_own_held_lock_fences_the_first_attempt(store: Store) -> None:
+    """T holds the lock (token k); T's retry takes it back (token k+1);
+    a commit with the first grant is refused."""
+    queue = store.new_queue(appends="lock", lock_ttl=TTL, lock_policy=SHORT_WAIT)
+    queue.enqueue("a")
+    first = queue.lock.try_acquire("T", receipt=True)
+    retry = queue.lock.try_acquire("T", receipt=True)
+    assert retry.token > first.token
+    with pytest.raises(LockLostError):
+        queue.lock.commit(first, head=first.head + 1)
+    assert queue.info().head_offset == 0
+    queue.lock.release(retry)

@@ -377,3 +377,22 @@ def test_a_reader_marks_a_run_closing_before_its_tombstones(store: Store) -> Non
         queue.appender.close(0, 2)
     _laps(queue)
     assert queue.outcome("dead").state == "unknown"
+
+
+def test_two_retries_of_one_closed_reservation_reserve_again_only_once(store: Store) -> None:
+    """A txn whose reservation a reader closed is reserved again guarded by "its receipt still
+    names the closed offsets", so two calls of that txn that both found it closed cannot both
+    reserve (the entry would be enqueued twice)."""
+    from large_queue.appends import Duplicate, ReceiptWrite
+
+    queue = store.new_queue(appends="reserve", capacity=8, slots_per_record=4)
+    put = queue.receipts.reserved("t9", 1)
+    first = queue.appender.reserve(
+        1, overwrite=False, receipt=ReceiptWrite(put, queue.receipts.absent("t9"), "t9")
+    )
+    # both retries read the receipt naming `first` and find it closed; each reserves anew
+    again = ReceiptWrite(put, queue.receipts.still_names("t9", first), "t9")
+    queue.appender.reserve(1, overwrite=False, receipt=again)
+    with pytest.raises(Duplicate):
+        queue.appender.reserve(1, overwrite=False, receipt=again)
+    assert queue.current_metadata().tail == 2  # the first reservation and one reservation anew

@@ -53,7 +53,6 @@ from large_queue.appends._prefix import HoleWatch
 from large_queue.appends._reader import PrefixReader
 from large_queue.backends import (
     Backend,
-    ListGetRange,
     connect,
 )
 from large_queue.fencing import DEFAULT_COUNTER_LIMIT
@@ -647,34 +646,11 @@ class Queue:
         is reached by settling the slots before it, a batch read of 64 buffer
         records at a time, and the hint is moved there (one more command).
         """
+        from large_queue import _offset_reads
+
         if type(offset) is not int or offset < 0:
             raise errors.InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}")
-        metadata = self.current_metadata()
-        if not metadata.head <= offset < metadata.tail:
-            return None
-        if self.reserved:
-            known = max(metadata.published, self.prefix.settled_end)
-            if offset < known:  # settled: only its own slot (and its batch's last) matter
-                settled = self.prefix.settle(offset, offset + 1, self.prefix.fetch)
-            else:  # settled on to it a part at a time, the hint moved: the next get is cheap
-                walked = self.prefix.walk(max(metadata.head, known), offset + 1, metadata.published)
-                assert walked is not None  # (it starts at or below offset)
-                settled = walked
-            found = [self._entry(*item) for item in settled.entries if item[0] == offset]
-            return found[0] if found and settled.end > offset else None
-        record = self.shape.record_of(offset)
-        slot_index = self.shape.slot_of(offset)
-        self.counters.bump("commands")
-        result = self.backend.operate(self.keys.buffer(record), [ListGetRange(rec.SLOTS, slot_index, 1)])
-        slots = result.get(rec.SLOTS)
-        if not isinstance(slots, list) or len(slots) != 1:
-            raise errors.CorruptQueueError(
-                f"buffer record {record} of queue {self.name!r} has no slot {slot_index}", queue=self.name
-            )
-        found_slot = rec.slot_entry(self.name, record, slots[0], offset, self.encoding)
-        if found_slot is None:
-            return None
-        return Entry(offset=offset, value=found_slot[0], enqueued_at_ms=found_slot[1])
+        return _offset_reads.get(self, offset)
 
     def peek(self, max_entries: int = 100, *, start: int | None = None) -> list[Entry]:
         """Up to ``max_entries`` entries from the head (or from offset ``start``) on, without taking them.
@@ -685,14 +661,14 @@ class Queue:
         the published prefix, so fewer come back only where the queue ends
         first. A later peek from the offset after the last entry goes on
         where this one stopped. Costs 2 round trips for up to 64 buffer
-        records (see :mod:`large_queue._peek`).
+        records (see :mod:`large_queue._offset_reads`).
         """
-        from large_queue import _peek
+        from large_queue import _offset_reads
 
         positive_int("max_entries", max_entries)
         if start is not None and (type(start) is not int or start < 0):
             raise errors.InvalidArgumentError(f"start must be None or a non-negative int, got {start!r}")
-        return _peek.peek(self, start, max_entries)
+        return _offset_reads.peek(self, start, max_entries)
 
     def offset_at(self, moment: Any) -> int:
         """The first offset enqueued at or after ``moment``, for replay and offset reads.

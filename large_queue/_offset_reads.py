@@ -1,10 +1,11 @@
-"""Reading a run of entries by offset, without the lock and without taking them (``queue.peek``).
+"""Offset reads: entries read by offset, without the lock and without taking them.
 
-A peek is an offset read of many entries at once: what ``queue.get`` is for
-one. It reads the metadata record, then the slots from the first offset asked
-for on, a batch read of up to 64 buffer records at a time, and hands out the
-entries found there in offset order. It writes nothing: no lock, no head
-move, no hole closed. What it sees is what ``get`` would see of each offset:
+``queue.get`` reads one entry: the metadata record, then its slot. A peek
+(``queue.peek``) is an offset read of many entries at once: it reads the
+metadata record, then the slots from the first offset asked for on, a batch
+read of up to 64 buffer records at a time, and hands out the entries found
+there in offset order. It writes nothing: no lock, no head move, no hole
+closed. What it sees is what ``get`` would see of each offset:
 
 - only the published prefix (``appends="reserve"``): it stops at the first
   reserved offset not yet published, since what lies past it is not visible
@@ -25,11 +26,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from large_queue import _records as rec
+from large_queue import errors
 from large_queue._entries import Entry
 from large_queue.appends._reader import RECORDS_PER_READ
+from large_queue.backends import ListGetRange
 
 if TYPE_CHECKING:
     from large_queue.queue import Queue
+
+
+def get(queue: Queue, offset: int) -> Entry | None:
+    """The entry at ``offset`` if it is in the queue now, else None (see :meth:`Queue.get`)."""
+    metadata = queue.current_metadata()
+    if not metadata.head <= offset < metadata.tail:
+        return None
+    if queue.reserved:
+        known = max(metadata.published, queue.prefix.settled_end)
+        if offset < known:  # settled: only its own slot (and its batch's last) matter
+            settled = queue.prefix.settle(offset, offset + 1, queue.prefix.fetch)
+        else:  # settled on to it a part at a time, the hint moved: the next get is cheap
+            walked = queue.prefix.walk(max(metadata.head, known), offset + 1, metadata.published)
+            assert walked is not None  # (it starts at or below offset)
+            settled = walked
+        found = [queue._entry(*item) for item in settled.entries if item[0] == offset]
+        return found[0] if found and settled.end > offset else None
+    record = queue.shape.record_of(offset)
+    slot_index = queue.shape.slot_of(offset)
+    queue.counters.bump("commands")
+    result = queue.backend.operate(queue.keys.buffer(record), [ListGetRange(rec.SLOTS, slot_index, 1)])
+    slots = result.get(rec.SLOTS)
+    if not isinstance(slots, list) or len(slots) != 1:
+        raise errors.CorruptQueueError(
+            f"buffer record {record} of queue {queue.name!r} has no slot {slot_index}", queue=queue.name
+        )
+    found_slot = rec.slot_entry(queue.name, record, slots[0], offset, queue.encoding)
+    if found_slot is None:
+        return None
+    return Entry(offset=offset, value=found_slot[0], enqueued_at_ms=found_slot[1])
 
 
 def peek(queue: Queue, start: int | None, max_entries: int) -> list[Entry]:

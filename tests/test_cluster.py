@@ -276,6 +276,23 @@ def test_owner_needs_no_lock_and_few_round_trips(place: Place, appends: str) -> 
         assert queue.info().head_offset == ownership_info(queue).acked_offset == 111
 
 
+def test_a_waiting_node_costs_two_commands_a_poll_while_the_owner_is_alive(place: Place) -> None:
+    name = place.name("q")
+    Queue.create(place.connect(), name, capacity=10)
+    owner_side, waiting_side = place.connect(), place.connect()
+    slow = {"time_slice": 60, "timeout": 60, "poll_interval": 30}  # each ticks once as it starts
+    with Queue.open(owner_side, name).consumer("a", **slow) as owner:
+        assert owner.owning
+        with Queue.open(waiting_side, name).consumer("b", **slow) as waiting:
+            assert not waiting.owning
+            before = waiting_side.commands
+            for _ in range(5):
+                waiting._tick()  # what each poll does
+            # its heartbeat and a read of the owner record: no scan of the nodes, no take tried
+            assert waiting_side.commands - before == 2 * 5
+            assert not waiting.owning and owner.owning
+
+
 @pytest.mark.parametrize("appends", APPENDS)
 def test_an_owner_reads_ahead_and_then_delivers_with_one_command_each(place: Place, appends: str) -> None:
     backend = place.connect()

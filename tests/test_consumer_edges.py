@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import Any
 
@@ -412,3 +413,30 @@ def test_a_stream_commit_replayed_with_an_older_offset_leaves_the_cursor_where_i
     _groups.commit_cursor(queue, "spark", 5)
     _groups.commit_cursor(queue, "spark", 2)  # the earlier micro-batch's commit, replayed
     assert queue.group("spark").acked_offset == 5
+
+
+def test_a_consumer_used_in_a_forked_child_refuses_instead_of_delivering_as_its_owner(store: Store) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(range(4))
+    with queue.consumer("a", time_slice=60, timeout=60, poll_interval=30) as consumer:
+        assert [m.value for m in consumer.receive(1)] == [0]
+        reading, writing = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: a copy of the owner, without its thread
+            said = []
+            for call in (lambda: consumer.receive(1), lambda: consumer.dequeue(1), lambda: consumer.ack([])):
+                try:
+                    call()
+                    said.append("accepted")
+                except InvalidArgumentError as exc:
+                    said.append("refused" if "forked" in str(exc) else str(exc))
+            consumer.close()  # stops the copy only: the parent's ownership is not handed on
+            os.write(writing, ",".join(said).encode())
+            os._exit(0)
+        os.close(writing)
+        _, status = os.waitpid(child, 0)
+        with os.fdopen(reading) as answer:
+            assert answer.read() == "refused,refused,accepted"  # (an empty ack settles nothing anywhere)
+        assert status == 0
+        assert consumer.owning
+        assert [m.value for m in consumer.receive(3)] == [1, 2, 3]  # delivered once, by the parent

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -188,6 +189,7 @@ class Consumer(Turns):
         self._seen_tail = 0  # the highest tail read from the metadata record while owning
         self._ahead = ReadAhead()  # slots read ahead of the cursor, delivered with no command
         self._closed = threading.Event()
+        self._pid = os.getpid()  # the process whose thread watches ownership (see _here)
         self._thread: threading.Thread | None = None
         #: the queue (or group) found deleted by the watcher's last tick: receive raises it
         self._gone: errors.LargeQueueError | None = None
@@ -208,7 +210,9 @@ class Consumer(Turns):
                 " make a new one"
             )
         if self._thread is not None:
+            self._here()
             return self
+        self._pid = os.getpid()
         if self.group is not None:
             _groups.ensure(self.queue, self.group)
         else:
@@ -220,8 +224,14 @@ class Consumer(Turns):
         return self
 
     def close(self) -> None:
-        """Hand ownership on (if owning), lose interest and stop."""
+        """Hand ownership on (if owning), lose interest and stop.
+
+        In a process forked from the one that started it, it only stops this
+        copy: ownership belongs to the original.
+        """
         self._closed.set()
+        if os.getpid() != self._pid:
+            return
         if self._thread is not None:
             self._thread.join()
         with self._lock:
@@ -357,6 +367,7 @@ class Consumer(Turns):
         been acked since (below the cursor and not in flight) is left out:
         acking it again changes nothing.
         """
+        self._here()
         if not isinstance(messages, (list, tuple)):
             raise errors.InvalidArgumentError(
                 f"messages must be a list of messages (ack([message]), or message.ack()), got {messages!r}"
@@ -394,7 +405,22 @@ class Consumer(Turns):
             )
         return messages
 
+    def _here(self) -> None:
+        """``InvalidArgumentError`` in a process forked from the one that started this consumer.
+
+        A forked child has a copy of the consumer, its owner's name and epoch,
+        but not its thread: two processes delivering as one owner would each
+        deliver every entry. Each process makes its own consumer.
+        """
+        if os.getpid() != self._pid:
+            raise errors.InvalidArgumentError(
+                f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} was started in process"
+                f" {self._pid}, not in this one ({os.getpid()}): a forked process makes its own consumer"
+                " (with its own node id)"
+            )
+
     def _receive(self, max_entries: int, timeout: float | None, *, auto_ack: bool) -> list[Message | Entry]:
+        self._here()
         if self._thread is None and not self._closed.is_set():
             raise errors.InvalidArgumentError(
                 f"the consumer of node {self.node_id!r} on queue {self.queue.name!r} was never started:"

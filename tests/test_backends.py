@@ -709,3 +709,59 @@ def test_a_comparison_on_a_missing_bin_or_another_type_is_not_met(store: Store) 
         with pytest.raises(errors.ConditionNotMetError):
             backend.operate(key, [Write("n", 2)], condition=condition)
     assert backend.operate(key, [Read("n")]) == {"n": 1}
+
+
+class _Interrupting:
+    """An SQLite connection that raises ``KeyboardInterrupt`` at one statement: after it ran, or instead."""
+
+    def __init__(self, conn: sqlite3.Connection, statement: str, *, ran: bool) -> None:
+        self._conn = conn
+        self.statement = statement
+        self.ran = ran
+        self.armed = False
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if self.armed and sql == self.statement:
+            self.armed = False
+            if self.ran:
+                self._conn.execute(sql, *args)
+            raise KeyboardInterrupt
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize(
+    ("statement", "ran", "grouped"),
+    [
+        ("BEGIN IMMEDIATE", True, True),  # an enqueue's group, just begun
+        ("BEGIN IMMEDIATE", True, False),  # one command, just begun
+        ("COMMIT", False, True),  # a group at its end, before its commit ran
+        ("COMMIT", False, False),
+    ],
+)
+def test_an_interrupt_inside_a_transaction_leaves_the_store_usable_and_nothing_half_kept(
+    tmp_path: Path, statement: str, ran: bool, grouped: bool
+) -> None:
+    backend = EmbeddedBackend(tmp_path / "interrupted.db", busy_timeout=2.0)
+    queue = Queue.create(backend, "q", capacity=10)
+    queue.enqueue("before")
+    conn = backend._connection()
+    interrupting = _Interrupting(conn, statement, ran=ran)
+    backend._conn = interrupting  # type: ignore[assignment]
+    interrupting.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        if grouped:
+            queue.enqueue("interrupted")  # its commands in one group
+        else:
+            backend.put(RecordKey("test", "other", "k"), {"n": 1})
+    assert not conn.in_transaction and backend._group is None
+    assert queue.enqueue("after") >= 1  # this handle goes on
+    other = EmbeddedBackend(tmp_path / "interrupted.db", busy_timeout=2.0)  # another process's writes too
+    assert Queue.open(other, "q").enqueue("from another") >= 2
+    values = [e.value for e in Queue.open(other, "q").dequeue_batch(10)]
+    assert values == ["before", "after", "from another"]  # the interrupted enqueue: none of it
+    assert backend.get(RecordKey("test", "other", "k")) is None
+    other.close()
+    backend.close()

@@ -157,3 +157,24 @@ def test_a_txn_retaking_its_own_held_lock_fences_the_first_attempt(store: Store)
         queue.lock.commit(first, head=first.head + 1)
     assert queue.info().head_offset == 0
     queue.lock.release(retry)
+
+
+def test_an_interrupt_just_after_the_acquire_ends_its_group_and_the_lock_expires(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import large_queue.lock
+
+    queue = store.new_queue(appends="lock", lock_ttl=TTL)
+    queue.enqueue_batch(["a", "b"])
+    real = large_queue.lock.ReleasingOnError
+
+    def interrupted(*args: object) -> object:
+        monkeypatch.setattr(large_queue.lock, "ReleasingOnError", real)
+        raise KeyboardInterrupt  # as a Ctrl-C landing between the acquire and its guard
+
+    monkeypatch.setattr(large_queue.lock, "ReleasingOnError", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        queue.dequeue()
+    assert getattr(store.backend, "_group", None) is None  # no group of commands left open
+    store.advance(TTL * 2)  # the lock it took expires
+    assert [e.value for e in Queue.open(store.backend, queue.name).dequeue_batch(5)] == ["a", "b"]

@@ -29,6 +29,13 @@ such a failure; the group's later commands are then refused (they would
 otherwise each commit alone), and its end says the group was rolled back
 even where its caller took each command's failure as a result.
 
+An interrupt (``KeyboardInterrupt``, or any exception a signal handler
+raises) that lands inside a command or a group, before its commit ran,
+rolls its transaction back on the way out; one that lands where no code of
+it runs any more leaves the transaction to the thread's next command, which
+rolls it back before it begins. Either way the interrupted operation keeps
+nothing, and later ones are committed.
+
 A group holds the writer lock from its first command to its last, so the
 code inside it must not wait for anything another process does (a busy
 queue lock's back-off, say): that process could be waiting for the writer
@@ -37,6 +44,7 @@ lock in turn. Other threads of the process wait for the group to end.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,6 +103,7 @@ class Transaction:
 
     def __enter__(self) -> sqlite3.Connection:
         self._backend._lock.acquire()
+        conn: sqlite3.Connection | None = None
         try:
             conn = self._backend._connection()
             group = self._backend._group
@@ -108,16 +117,19 @@ class Transaction:
                         code=-1,
                     )
                 return conn
+            if conn.in_transaction:  # left open by a command of this thread that an interrupt cut short
+                conn.execute("ROLLBACK")
             if self._write:
                 self.become_writer()
             conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
-        except (sqlite3.Error, OSError) as exc:
+            return conn
+        except BaseException as exc:  # (an interrupt too: a transaction begun is not left open)
+            if conn is not None and not self._grouped:
+                _roll_back(conn)
             self._release()
-            raise store_file_error(self._backend.path, exc) from exc
-        except BaseException:
-            self._release()
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise store_file_error(self._backend.path, exc) from exc
             raise
-        return conn
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self._grouped:
@@ -130,15 +142,19 @@ class Transaction:
             finally:
                 self._release()
             return
+        conn = self._backend._conn
         try:
-            conn = self._backend._conn
             if conn is not None:
                 conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
         except sqlite3.Error as failure:
             if exc is None:
                 raise store_file_error(self._backend.path, failure) from failure
         finally:
-            self._release()
+            try:
+                if conn is not None:  # an interrupt before the statement ran: not left open
+                    _roll_back(conn)
+            finally:
+                self._release()
         if isinstance(exc, sqlite3.Error):
             raise store_file_error(self._backend.path, exc) from exc
 
@@ -170,28 +186,35 @@ class Group:
             self._joined = True
             return
         writer = False
+        conn: sqlite3.Connection | None = None
         try:
             conn = backend._connection()
             backend._writer_lock(True)
             writer = True
+            if conn.in_transaction:  # left open by a command of this thread that an interrupt cut short
+                conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
-        except BaseException as exc:
+            backend._group = self
+        except BaseException as exc:  # (an interrupt too: nothing begun is left open)
+            if backend._group is self:
+                backend._group = None
+            if conn is not None:
+                _roll_back(conn)
             if writer:
                 backend._writer_lock(False)
             backend._lock.release()
             if isinstance(exc, (sqlite3.Error, OSError)):
                 raise store_file_error(backend.path, exc) from exc
             raise
-        backend._group = self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         backend = self._backend
         if self._joined:
             backend._lock.release()
             return
+        conn = backend._conn
         backend._group = None
         try:
-            conn = backend._conn
             assert conn is not None
             if self.failed:
                 if conn.in_transaction:  # else SQLite rolled it back itself (a full disk, say)
@@ -215,7 +238,18 @@ class Group:
                     if exc is None:
                         raise store_file_error(backend.path, failure) from failure
         finally:
-            backend._writer_lock(False)
-            backend._lock.release()
+            try:
+                if conn is not None:  # an interrupt before the commit ran: not left open
+                    _roll_back(conn)
+            finally:
+                backend._writer_lock(False)
+                backend._lock.release()
         if self.reclaim:
             backend._reclaim()
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """End ``conn``'s transaction if one is still open (its commit or rollback never ran)."""
+    with contextlib.suppress(sqlite3.Error):  # SQLite ended it itself meanwhile, or it was closed
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")

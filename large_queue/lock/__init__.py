@@ -669,8 +669,14 @@ class Holding:
         try:
             with self.lock.backend.waiting_at_most(self.within):  # the embedded store's writer lock too
                 grant = self._acquire()
-        except errors.BackendBusyError as exc:
-            if self.within is None:
+            self._releasing = ReleasingOnError(self.lock, grant)
+        except BaseException as exc:
+            # An interrupt after the acquire (its group open) ends the group here: ``__exit__`` is
+            # not called for an ``__enter__`` that raised. The lock is left to expire.
+            if self._group is not None:
+                group, self._group = self._group, None
+                group.__exit__(type(exc), exc, exc.__traceback__)
+            if not isinstance(exc, errors.BackendBusyError) or self.within is None:
                 raise
             raise errors.LockNotAcquiredError(  # the caller's deadline came first: as a busy lock's
                 f"could not acquire the lock of queue {self.lock.keys.name!r} within {self.within:g} s:"
@@ -678,7 +684,6 @@ class Holding:
                 queue=self.lock.keys.name,
                 txn_id=self.txn_id,
             ) from exc
-        self._releasing = ReleasingOnError(self.lock, grant)
         return grant
 
     def _acquire(self) -> LockGrant:

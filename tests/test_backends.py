@@ -765,3 +765,33 @@ def test_an_interrupt_inside_a_transaction_leaves_the_store_usable_and_nothing_h
     assert backend.get(RecordKey("test", "other", "k")) is None
     other.close()
     backend.close()
+
+
+@pytest.mark.parametrize("left", ["group", "command"])
+def test_a_group_or_command_left_without_its_end_is_rolled_back_and_later_writes_are_kept(
+    tmp_path: Path, left: str
+) -> None:
+    # As an interrupt does that lands at the very start of the end, where none of its code runs:
+    # the object that would have ended it is dropped with it still open.
+    backend = EmbeddedBackend(tmp_path / "left.db", busy_timeout=2.0)
+    queue = Queue.create(backend, "q", capacity=10)
+    queue.enqueue("before")
+    opened = backend.grouped() if left == "group" else backend._transaction(write=True)
+    conn = opened.__enter__()
+    if left == "command":
+        assert conn is not None
+        conn.execute("UPDATE records SET generation = generation")  # a write under way
+    del opened, conn  # its end never runs
+    assert queue.enqueue("after") == 1  # not joined to what was left open: committed on its own
+    done = threading.Thread(target=lambda: queue.enqueue("another thread"))  # the locks were let go
+    done.start()
+    done.join(10)
+    assert not done.is_alive()
+    other = EmbeddedBackend(tmp_path / "left.db", busy_timeout=2.0)  # another process sees them
+    assert [e.value for e in Queue.open(other, "q").dequeue_batch(10)] == [
+        "before",
+        "after",
+        "another thread",
+    ]
+    other.close()
+    backend.close()

@@ -31,10 +31,15 @@ even where its caller took each command's failure as a result.
 
 An interrupt (``KeyboardInterrupt``, or any exception a signal handler
 raises) that lands inside a command or a group, before its commit ran,
-rolls its transaction back on the way out; one that lands where no code of
-it runs any more leaves the transaction to the thread's next command, which
-rolls it back before it begins. Either way the interrupted operation keeps
-nothing, and later ones are committed.
+rolls its transaction back on the way out. One that lands at the very
+start of its end, where none of its code runs, leaves it open with nothing
+to end it: the store keeps only weak references to the open command and
+group, so the thread's next command finds them gone, rolls the transaction
+back and lets go of their locks before it begins (:func:`open_group`).
+Either way the interrupted operation keeps nothing, and later ones are
+committed, not joined to a group that nothing would commit. (Only while the
+interrupt's traceback is kept, which keeps the group's object, is it not
+found; a debugger's or an interactive session's last traceback does.)
 
 A group holds the writer lock from its first command to its last, so the
 code inside it must not wait for anything another process does (a busy
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,11 +108,13 @@ class Transaction:
         return True
 
     def __enter__(self) -> sqlite3.Connection:
-        self._backend._lock.acquire()
+        backend = self._backend
+        backend._lock.acquire()
         conn: sqlite3.Connection | None = None
         try:
-            conn = self._backend._connection()
-            group = self._backend._group
+            _let_go_of_a_command_left(backend)
+            conn = backend._connection()
+            group = backend._group
             if group is not None:  # this thread's: another's would hold the lock above
                 self._grouped = True
                 if group.failed or not conn.in_transaction:  # SQLite ended the group's transaction
@@ -122,9 +130,11 @@ class Transaction:
             if self._write:
                 self.become_writer()
             conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+            backend._txn_ref = weakref.ref(self)
             return conn
         except BaseException as exc:  # (an interrupt too: a transaction begun is not left open)
             if conn is not None and not self._grouped:
+                backend._txn_ref = None
                 _roll_back(conn)
             self._release()
             if isinstance(exc, (sqlite3.Error, OSError)):
@@ -144,6 +154,7 @@ class Transaction:
             return
         conn = self._backend._conn
         try:
+            self._backend._txn_ref = None
             if conn is not None:
                 conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
         except sqlite3.Error as failure:
@@ -182,6 +193,7 @@ class Group:
     def __enter__(self) -> None:
         backend = self._backend
         backend._lock.acquire()
+        _let_go_of_a_command_left(backend)
         if backend._group is not None:
             self._joined = True
             return
@@ -213,8 +225,8 @@ class Group:
             backend._lock.release()
             return
         conn = backend._conn
-        backend._group = None
         try:
+            backend._group = None
             assert conn is not None
             if self.failed:
                 if conn.in_transaction:  # else SQLite rolled it back itself (a full disk, say)
@@ -253,3 +265,40 @@ def _roll_back(conn: sqlite3.Connection) -> None:
     with contextlib.suppress(sqlite3.Error):  # SQLite ended it itself meanwhile, or it was closed
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+
+
+def open_group(backend: EmbeddedBackend) -> Group | None:
+    """The group of commands open in ``backend`` (by the thread holding its lock), or None.
+
+    A group is held by the code that will end it (a ``with`` statement, a
+    lock's holding); the store keeps only a weak reference. A group whose
+    object is gone was left without its end (an interrupt that landed at
+    the very start of it, where none of its code could run): nothing would
+    ever commit it, and commands that joined it would be lost at the close.
+    It is rolled back here (the interrupted operation keeps nothing) and its
+    locks let go, and the command that asked runs on its own.
+    """
+    ref = backend._group_ref
+    if ref is None:
+        return None
+    group = ref()
+    if group is None and backend._lock._is_owned():  # type: ignore[attr-defined]
+        backend._group_ref = None
+        _let_go(backend)
+    return group
+
+
+def _let_go_of_a_command_left(backend: EmbeddedBackend) -> None:
+    """(holding the lock) If a command of this thread was left without its end, roll it back, let go."""
+    if backend._txn_ref is not None and backend._txn_ref() is None:
+        _let_go(backend)
+
+
+def _let_go(backend: EmbeddedBackend) -> None:
+    """Roll back what a group or command left without its end had open; let go of its locks."""
+    backend._txn_ref = None
+    conn = backend._conn
+    if conn is not None:
+        _roll_back(conn)
+    backend._writer_lock(False)
+    backend._lock.release()  # its own hold (the caller holds the lock too)

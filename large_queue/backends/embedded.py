@@ -57,7 +57,7 @@ from large_queue.backends._base import (
     misuse,
 )
 from large_queue.backends._embedded_bins import apply, fail
-from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, store_file_error
+from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, open_group, store_file_error
 from large_queue.backends.conditions import Clock, Condition, evaluate
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
@@ -128,7 +128,7 @@ def _after_fork() -> None:
     """
     for backend in list(_OPEN):
         backend._lock = threading.RLock()
-        backend._group = None
+        backend._group_ref = backend._txn_ref = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -213,7 +213,10 @@ class EmbeddedBackend(Backend):
         self._file_id: tuple[int, int] | None = None  # device and inode of the file the connection opened
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
         self._good_bins: set[str] = set()  # bin names already found valid (a queue uses a dozen)
-        self._group: Group | None = None  # the group of commands open, seen only by the thread holding _lock
+        #: the group of commands open, seen only by the thread holding _lock (see _transactions.open_group)
+        self._group_ref: weakref.ref[Group] | None = None
+        #: the command open outside a group (so that one left without its end is seen)
+        self._txn_ref: weakref.ref[Transaction] | None = None
         if not create and not self.path.is_file():
             raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
         try:
@@ -223,6 +226,14 @@ class EmbeddedBackend(Backend):
         with self._transaction(write=False):
             pass  # opens the file now, so that a bad path fails here
         _OPEN.add(self)
+
+    @property
+    def _group(self) -> Group | None:
+        return open_group(self)
+
+    @_group.setter
+    def _group(self, group: Group | None) -> None:
+        self._group_ref = None if group is None else weakref.ref(group)
 
     def __repr__(self) -> str:
         return f"EmbeddedBackend({str(self.path)!r}, namespaces={sorted(self.namespaces)!r})"

@@ -145,26 +145,37 @@ class _ClientCalls(_MappedErrors):
                BackendUnavailableError at once, without touching the client.
         t=0.1+ close() waits for A's and B's commands to return (each is
                bounded by its timeout), then closes the client.
+
+    An interrupt (Ctrl-C) that lands inside a call may leave it counted
+    for good. Calls are counted for their thread, and ``close`` waits only
+    for those of other threads still alive: one left counted in the thread
+    that closes, or in a thread that has ended, is not waited for.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._under_way = 0
+        self._under_way: dict[int, int] = {}  # thread ident -> calls under way in it
         self._closed = False
 
     def __enter__(self) -> None:
+        me = threading.get_ident()
         with self._lock:
             if self._closed:
                 raise errors.BackendUnavailableError(
                     "this Aerospike store was closed: connect again for a new one", code=-1
                 )
-            self._under_way += 1
+            self._under_way[me] = self._under_way.get(me, 0) + 1
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        me = threading.get_ident()
         with self._lock:
-            self._under_way -= 1
+            left = self._under_way.get(me, 0) - 1
+            if left > 0:
+                self._under_way[me] = left
+            else:
+                self._under_way.pop(me, None)
         if isinstance(exc, aerospike_exception.AerospikeError):  # as _MappedErrors, without its call
             raise translate(exc) from exc
 
@@ -175,11 +186,18 @@ class _ClientCalls(_MappedErrors):
                 return
             self._closed = True
         deadline = time.monotonic() + _CLOSE_WAIT
-        while self._under_way and time.monotonic() < deadline:
+        while (others := self._others_under_way()) and time.monotonic() < deadline:
             time.sleep(0.001)
-        if self._under_way:
-            log.warning("closing the Aerospike client with %d calls still under way", self._under_way)
+        if others:
+            log.warning("closing the Aerospike client with %d calls still under way", others)
         client.close()
+
+    def _others_under_way(self) -> int:
+        """The calls under way in other threads that are still alive (this one is here, not in one)."""
+        me = threading.get_ident()
+        alive = {thread.ident for thread in threading.enumerate()}
+        with self._lock:
+            return sum(n for thread, n in self._under_way.items() if thread != me and thread in alive)
 
 
 #: what a namespace holds when its ``max-record-size`` is 0 (the server's default)

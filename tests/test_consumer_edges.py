@@ -440,3 +440,20 @@ def test_a_consumer_used_in_a_forked_child_refuses_instead_of_delivering_as_its_
         assert status == 0
         assert consumer.owning
         assert [m.value for m in consumer.receive(3)] == [1, 2, 3]  # delivered once, by the parent
+
+
+def test_a_consumer_whose_start_fails_leaves_no_node_waiting_for_a_turn(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = store.new_queue()
+    consumer = queue.consumer("a", time_slice=60, timeout=60, poll_interval=30)
+
+    def failing(*, starting: bool = False) -> None:
+        raise QueueNotFoundError("as if the queue went while it started", queue=queue.name)
+
+    monkeypatch.setattr(consumer, "_tick", failing)
+    with pytest.raises(QueueNotFoundError):
+        consumer.start()
+    assert consumer.ownership.live_interested() == []  # joined, then left again
+    with queue.consumer("b", time_slice=60, timeout=60, poll_interval=30) as other:
+        assert other.owning

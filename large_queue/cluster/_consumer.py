@@ -218,7 +218,14 @@ class Consumer(Turns):
         else:
             self._refuse_groups(self.queue.current_metadata().groups)
         self.ownership.join()
-        self._tick(starting=True)
+        try:
+            self._tick(starting=True)
+        except BaseException:  # not started: no node stays listed as waiting for a turn it never takes
+            with contextlib.suppress(errors.LargeQueueError), self._lock:
+                if self._owning:
+                    self._hand_over(final=True)
+                self.ownership.heartbeat(interested=False)
+            raise
         self._thread = threading.Thread(target=self._run, name=f"large-queue-{self.node_id}", daemon=True)
         self._thread.start()
         return self

@@ -1,4 +1,5 @@
-"""Losses and bounds: what holds the head, what counts as lost or still young, and the batch sizes a producer keeps, on both stores."""
+"""Losses and bounds, on both stores: what holds the head, what counts as lost or still young,
+and the batch sizes a producer keeps."""
 
 from __future__ import annotations
 

@@ -19,19 +19,10 @@ from large_queue import (
     Queue,
     QueueNotFoundError,
 )
-from large_queue.cluster import Consumer, Message, OwnershipEvent, ownership_info
+from large_queue.cluster import OwnershipEvent, ownership_info
 from large_queue.cluster._ownership import Ownership
 from tests.fix_backends import Store
-
-FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
-
-
-def _receive(consumer: Consumer, count: int, timeout: float = 3.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.receive(count - len(got), timeout=0.1)
-    return got
+from tests.fix_consumers import FAST, receive_all
 
 
 def test_a_second_consumer_with_the_same_node_id_takes_over_and_fences_the_first(store: Store) -> None:
@@ -39,12 +30,12 @@ def test_a_second_consumer_with_the_same_node_id_takes_over_and_fences_the_first
     queue.enqueue_batch(range(6))
     first = queue.consumer("same", **FAST).start()
     try:
-        held = _receive(first, 2)
+        held = receive_all(first, 2)
         assert [m.value for m in held] == [0, 1]
         second = queue.consumer("same", **FAST).start()  # a restart, or the id configured twice
         try:
             assert second.owning
-            again = _receive(second, 6)
+            again = receive_all(second, 6)
             # the first one's unacked entries come again (marked), then the rest; never two owners at once
             assert [(m.value, m.redelivered) for m in again] == [
                 (0, True),
@@ -75,7 +66,7 @@ def test_a_queue_deleted_under_its_consumer_is_named_and_ends_its_ownership(
     queue = store.new_queue()
     queue.enqueue_batch([1, 2, 3])
     with queue.consumer("n1", group=group, **FAST) as consumer:  # a group's records go with the queue
-        consumer.ack(_receive(consumer, 1))  # what it read ahead is in hand: the next take reads nothing
+        consumer.ack(receive_all(consumer, 1))  # what it read ahead is in hand: the next take reads nothing
         assert Queue.delete(store.backend, queue.name)
         with pytest.raises(QueueNotFoundError):
             consumer.receive(1, timeout=0.3)
@@ -129,8 +120,8 @@ def test_bad_call_arguments_are_refused_before_anything_changes(store: Store) ->
     with pytest.raises(InvalidArgumentError, match="never started"):
         never.receive(1)
     with queue.consumer("n1", **FAST) as consumer, other.consumer("n1", **FAST) as elsewhere:
-        (message,) = _receive(consumer, 1)
-        (foreign,) = _receive(elsewhere, 1)
+        (message,) = receive_all(consumer, 1)
+        (foreign,) = receive_all(elsewhere, 1)
         assert (foreign.offset, foreign.epoch, foreign.delivery_count) == (
             message.offset,
             message.epoch,
@@ -161,7 +152,7 @@ def test_a_message_acked_under_an_earlier_epoch_is_acked_again_as_a_no_op(store:
     queue.enqueue_batch(["a", "b"])
     timing = {"time_slice": 0.2, "timeout": 5.0, "poll_interval": 0.05}
     with queue.consumer("n1", **timing) as consumer:
-        (first,) = _receive(consumer, 1)
+        (first,) = receive_all(consumer, 1)
         first.ack()
         epoch = consumer.epoch
         with queue.consumer(
@@ -171,7 +162,7 @@ def test_a_message_acked_under_an_earlier_epoch_is_acked_again_as_a_no_op(store:
             while (not consumer.owning or consumer.epoch == epoch) and time.monotonic() < deadline:
                 time.sleep(0.05)
         assert consumer.owning and consumer.epoch > epoch
-        got = _receive(consumer, 1)
+        got = receive_all(consumer, 1)
         assert [(m.value, m.epoch) for m in got] == [("b", consumer.epoch)]
         consumer.ack([first, *got])  # the old one is a no-op; the batch is not refused for it
         assert ownership_info(queue).in_flight == 0
@@ -181,13 +172,13 @@ def test_extend_never_brings_a_message_back_sooner(store: Store) -> None:
     queue = store.new_queue()
     queue.enqueue_batch(["never", "later"])
     with queue.consumer("n1", visibility_timeout=None, **FAST) as consumer:
-        (message,) = _receive(consumer, 1)
+        (message,) = receive_all(consumer, 1)
         message.extend(0.1)  # without a visibility timeout it never comes back: nothing to shorten
-        assert [m.value for m in _receive(consumer, 1, timeout=0.5)] == ["later"]
+        assert [m.value for m in receive_all(consumer, 1, timeout=0.5)] == ["later"]
         time.sleep(0.2)  # past the 0.1 s: "never" must still not come back
         assert consumer.receive(2, timeout=0.3) == []
     with queue.consumer("n2", visibility_timeout=30.0, **FAST) as consumer:
-        got = _receive(consumer, 2)
+        got = receive_all(consumer, 2)
         assert [m.value for m in got] == ["never", "later"] and all(m.redelivered for m in got)
         got[0].extend(0.1)  # 30 s already: it stays held
         assert consumer.receive(2, timeout=0.4) == []
@@ -211,7 +202,7 @@ def test_a_failing_on_event_callback_neither_fails_an_applied_ack_nor_stops_the_
         raise RuntimeError(f"callback bug on {event.kind}")
 
     with queue.consumer("n1", on_event=failing, **FAST) as consumer:
-        (message,) = _receive(consumer, 1)
+        (message,) = receive_all(consumer, 1)
         message.ack()  # applied: it must not raise
         assert ownership_info(queue).in_flight == 0
         time.sleep(0.3)
@@ -224,7 +215,7 @@ def test_a_lone_owner_holding_a_message_starts_a_new_slice_at_once(store: Store)
     queue = store.new_queue(capacity=60)
     queue.enqueue("held")
     with queue.consumer("solo", time_slice=0.2, timeout=6.0, poll_interval=0.05) as consumer:
-        _receive(consumer, 1)  # held, unacked, past many slices
+        receive_all(consumer, 1)  # held, unacked, past many slices
         waits = []
         for value in range(8):  # one entry every 0.15 s: each comes within a moment, slice after slice
             time.sleep(0.15)
@@ -271,11 +262,11 @@ def test_a_dead_letter_move_that_keeps_failing_backs_off_and_blocks_nothing(
     dead.enqueue_batch(["full", "full", "full"])  # no room for a letter
     queue.enqueue("poison")
     with queue.consumer("n1", group="g", max_deliveries=1, dead_letter=dead, **FAST) as consumer:
-        (message,) = _receive(consumer, 1)
+        (message,) = receive_all(consumer, 1)
         message.nack(error="boom")
         queue.enqueue_batch(["ok1", "ok2"])
         before = store.backend.commands
-        assert [m.value for m in _receive(consumer, 2, timeout=2.0)] == ["ok1", "ok2"]  # not held up
+        assert [m.value for m in receive_all(consumer, 2, timeout=2.0)] == ["ok1", "ok2"]  # not held up
         assert consumer.receive(1, timeout=1.0) == []
         assert store.backend.commands - before < 200  # a backoff, not a spin (thousands a second)
         assert queue.group("g").in_flight == 3  # the poison one stays in flight, with the two delivered
@@ -285,7 +276,7 @@ def test_a_group_deleted_under_its_consumer_is_named_and_one_made_again_is_consu
     queue = store.new_queue()
     queue.enqueue_batch([1, 2, 3])
     with queue.consumer("n1", group="g", **FAST) as consumer:
-        consumer.ack(_receive(consumer, 3))
+        consumer.ack(receive_all(consumer, 3))
         assert queue.delete_group("g")
         time.sleep(0.3)  # the watcher ticks: the group is gone
         with pytest.raises(GroupNotFoundError):
@@ -293,7 +284,7 @@ def test_a_group_deleted_under_its_consumer_is_named_and_one_made_again_is_consu
         assert queue.create_group("g")  # made again, at the head
         queue.enqueue_batch([4, 5])
         time.sleep(0.3)  # the watcher ticks: the group is there again
-        assert [m.value for m in _receive(consumer, 2)] == [4, 5]  # the node joined it again
+        assert [m.value for m in receive_all(consumer, 2)] == [4, 5]  # the node joined it again
         assert [n.node_id for n in queue.group("g").nodes] == ["n1"]
 
 
@@ -314,7 +305,7 @@ def test_a_nack_error_no_letter_could_hold_is_refused_and_a_long_one_is_cut(stor
     queue = store.new_queue()
     queue.enqueue("x")
     with queue.consumer("n1", **FAST) as consumer:
-        (message,) = _receive(consumer, 1)
+        (message,) = receive_all(consumer, 1)
         with pytest.raises(InvalidArgumentError, match="error"):
             message.nack(error="bad \ud800")
         message.nack(error="e" * 5000)

@@ -26,20 +26,11 @@ from large_queue import (
 from large_queue.cluster import Consumer, Message, _groups
 from large_queue.cluster._dead_letters import DeadLetters
 from tests.fix_backends import Place, Store
-
-FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
+from tests.fix_consumers import FAST, receive_all
 
 
 def _consumer(queue: Queue, group: str, node: str = "n1", **options: Any) -> Consumer:
     return queue.consumer(node, group=group, **{**FAST, **options})
-
-
-def _receive_all(consumer: Consumer, count: int, timeout: float = 5.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.receive(count - len(got), timeout=0.2)
-    return got
 
 
 def test_every_group_sees_every_entry_and_the_slowest_holds_back_producers(store: Store) -> None:
@@ -50,7 +41,7 @@ def test_every_group_sees_every_entry_and_the_slowest_holds_back_producers(store
     with pytest.raises(QueueFullError):
         queue.enqueue(6)
     with _consumer(queue, "billing") as billing:
-        got = _receive_all(billing, 6)
+        got = receive_all(billing, 6)
         assert [m.value for m in got] == list(range(6))
         billing.ack(got)
         billing._sync_queue_head(force=True)
@@ -58,7 +49,7 @@ def test_every_group_sees_every_entry_and_the_slowest_holds_back_producers(store
             queue.enqueue(6)
         assert queue.info().head_offset == 0
     with _consumer(queue, "audit") as audit:
-        first = _receive_all(audit, 2)
+        first = receive_all(audit, 2)
         assert [m.value for m in first] == [0, 1]
         audit.ack(first)
         audit._sync_queue_head(force=True)
@@ -66,7 +57,7 @@ def test_every_group_sees_every_entry_and_the_slowest_holds_back_producers(store
         assert list(queue.enqueue_batch([6, 7])) == [6, 7]
         with pytest.raises(QueueFullError):
             queue.enqueue(8)
-        rest = _receive_all(audit, 6)
+        rest = receive_all(audit, 6)
         assert [m.value for m in rest] == [2, 3, 4, 5, 6, 7]
         audit.ack(rest)
     by_name = {g.name: g for g in queue.groups()}
@@ -234,7 +225,7 @@ def test_overwritten_entries_are_reported_to_the_group_as_lost(store: Store) -> 
         with pytest.raises(DataLossError) as raised:
             consumer.receive(6, timeout=2.0)
         assert raised.value.count == 2  # type: ignore[attr-defined]
-        got = _receive_all(consumer, 6)
+        got = receive_all(consumer, 6)
         assert [m.value for m in got] == [2, 3, 4, 5, 6, 7]
     assert queue.group("slow").lost == 2
 
@@ -327,7 +318,7 @@ def test_a_create_group_whose_lock_was_broken_leaves_the_group_made_since_alone(
             assert other.create_group("g")
             other.enqueue_batch(["e0", "e1", "e2"])
             with _consumer(other, "g") as consumer:
-                consumer.ack(_receive_all(consumer, 3))
+                consumer.ack(receive_all(consumer, 3))
         return got
 
     stale.backend.get = get_then_pause  # type: ignore[method-assign]
@@ -369,7 +360,7 @@ def test_a_group_made_again_while_one_is_deleted_keeps_its_records(store: Store)
     other.enqueue("e0")
     assert other.group("g").lag == 1  # made again, and whole
     with _consumer(other, "g") as consumer:
-        assert [m.value for m in _receive_all(consumer, 1)] == ["e0"]
+        assert [m.value for m in receive_all(consumer, 1)] == ["e0"]
 
 
 def test_a_head_move_whose_target_fails_releases_the_lock(store: Store) -> None:
@@ -399,13 +390,13 @@ def test_the_ungrouped_consumer_after_the_last_group_goes_starts_where_the_group
     queue = store.new_queue(capacity=12, slots_per_record=3)
     queue.enqueue_batch([0, 1, 2, 3])
     with queue.consumer("n1", **FAST) as consumer:
-        consumer.ack(_receive_all(consumer, 2))
+        consumer.ack(receive_all(consumer, 2))
     with _consumer(queue, "g") as consumer:
-        consumer.ack(_receive_all(consumer, 2))  # 2 and 3: consumed by the group, not lost
+        consumer.ack(receive_all(consumer, 2))  # 2 and 3: consumed by the group, not lost
     assert queue.delete_group("g")
     queue.enqueue_batch([4, 5])
     with queue.consumer("n1", on_data_loss="fail", **FAST) as consumer:  # DataLossError before
-        assert [m.value for m in _receive_all(consumer, 2)] == [4, 5]
+        assert [m.value for m in receive_all(consumer, 2)] == [4, 5]
 
 
 def test_a_cursor_committed_past_the_tail_is_refused_and_the_queue_stays_whole(store: Store) -> None:
@@ -424,8 +415,8 @@ def test_an_ungrouped_consumer_running_when_a_group_is_made_stops_delivering(sto
     queue = store.new_queue(capacity=10, slots_per_record=5)
     queue.enqueue_batch([0, 1, 2, 3, 4, 5])
     with queue.consumer("u1", **FAST) as consumer:
-        consumer.ack(_receive_all(consumer, 2))
-        held = _receive_all(consumer, 1)
+        consumer.ack(receive_all(consumer, 2))
+        held = receive_all(consumer, 1)
         with queue.consumer("u2", **FAST) as waiting:  # another node, waiting for its turn
             assert queue.create_group("g")
             with pytest.raises(GroupsInUseError):  # not entries 3.. to both it and the group
@@ -438,11 +429,11 @@ def test_an_ungrouped_consumer_running_when_a_group_is_made_stops_delivering(sto
         with pytest.raises(errors.OwnershipLostError):  # fenced: what it held is the group's to deliver
             consumer.ack(held)
         with queue.consumer("g1", group="g", **FAST) as grouped:
-            assert [m.value for m in _receive_all(grouped, 6)] == [2, 3, 4, 5]  # from the head it made
+            assert [m.value for m in receive_all(grouped, 6)] == [2, 3, 4, 5]  # from the head it made
         assert queue.delete_group("g")
         time.sleep(0.3)  # its watcher's next tick finds no group: it takes the queue again
         # what it held comes again, then the rest
-        assert sorted(m.value for m in _receive_all(consumer, 4)) == [2, 3, 4, 5]
+        assert sorted(m.value for m in receive_all(consumer, 4)) == [2, 3, 4, 5]
 
 
 def test_entries_in_flight_to_a_dead_ungrouped_consumer_survive_a_group_made_and_deleted(
@@ -451,8 +442,8 @@ def test_entries_in_flight_to_a_dead_ungrouped_consumer_survive_a_group_made_and
     queue = store.new_queue(capacity=10, slots_per_record=5)
     queue.enqueue_batch(["a", "b", "c", "d", "e"])
     with queue.consumer("u1", **FAST) as consumer:
-        assert len(_receive_all(consumer, 3)) == 3  # then it dies, acking nothing
+        assert len(receive_all(consumer, 3)) == 3  # then it dies, acking nothing
     queue.create_group("g")
     assert queue.delete_group("g")  # nobody consumed as g
     with queue.consumer("u2", on_data_loss="fail", **FAST) as consumer:
-        assert sorted(m.value for m in _receive_all(consumer, 5)) == ["a", "b", "c", "d", "e"]
+        assert sorted(m.value for m in receive_all(consumer, 5)) == ["a", "b", "c", "d", "e"]

@@ -10,18 +10,8 @@ from typing import Any
 import pytest
 
 from large_queue import DataLossError, OwnershipLostError, Queue, QueueFullError
-from large_queue.cluster import Consumer, Message
 from tests.fix_backends import Store
-
-FAST = {"time_slice": 30.0, "timeout": 5.0, "poll_interval": 0.05}
-
-
-def _receive(consumer: Consumer, count: int, timeout: float = 5.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.receive(count - len(got), timeout=0.1)
-    return got
+from tests.fix_consumers import FAST, receive_all
 
 
 def test_a_listed_group_whose_owner_record_cannot_be_read_holds_the_head(store: Store) -> None:
@@ -33,7 +23,7 @@ def test_a_listed_group_whose_owner_record_cannot_be_read_holds_the_head(store: 
     queue.enqueue_batch(range(6))
     store.backend.remove(queue.keys.group("gone").owner)
     with queue.consumer("n1", group="fast", **FAST) as fast:
-        got = _receive(fast, 6)
+        got = receive_all(fast, 6)
         assert [m.value for m in got] == list(range(6))
         fast.ack(got)
         fast._sync_queue_head(force=True)
@@ -50,7 +40,7 @@ def test_an_ack_of_a_message_from_an_earlier_ownership_still_in_flight_raises(st
     queue.enqueue_batch(["a", "b"])
     timing = {"time_slice": 0.2, "timeout": 1.0, "poll_interval": 0.05}
     with queue.consumer("n1", **timing) as consumer:
-        (old,) = _receive(consumer, 1)
+        (old,) = receive_all(consumer, 1)
         epoch = consumer.epoch
         with queue.consumer("n2", **timing):  # takes a turn: n1 owns again, under a later epoch
             deadline = time.monotonic() + 10
@@ -59,7 +49,7 @@ def test_an_ack_of_a_message_from_an_earlier_ownership_still_in_flight_raises(st
         assert consumer.owning and consumer.epoch > epoch
         with pytest.raises(OwnershipLostError):
             consumer.ack([old])
-        again = _receive(consumer, 2)
+        again = receive_all(consumer, 2)
         assert [(m.value, m.redelivered) for m in again] == [("a", True), ("b", False)]
         consumer.ack(again)
 
@@ -73,7 +63,7 @@ def test_in_flight_entries_overwritten_by_producers_count_as_lost(store: Store, 
     queue.create_group("g")
     queue.enqueue_batch(range(4))
     with queue.consumer("n1", group="g", on_data_loss=on_data_loss, **FAST) as consumer:
-        held = _receive(consumer, 4)
+        held = receive_all(consumer, 4)
         assert [m.value for m in held] == [0, 1, 2, 3]
         queue.enqueue_batch([4, 5], overwrite_if_full=True)  # drops 0 and 1, delivered and not acked
         if on_data_loss == "fail":
@@ -81,7 +71,7 @@ def test_in_flight_entries_overwritten_by_producers_count_as_lost(store: Store, 
                 consumer.receive(2, timeout=1.0)
             assert raised.value.count == 2  # type: ignore[attr-defined]
             assert raised.value.lost == range(0, 2)
-        rest = _receive(consumer, 2)
+        rest = receive_all(consumer, 2)
         assert [m.value for m in rest] == [4, 5]
         assert queue.group("g").lost == 2
         consumer.ack([m for m in held if m.offset >= 2] + rest)
@@ -145,7 +135,7 @@ def test_an_entry_exactly_max_age_old_is_not_older_than_max_age(store: Store, re
         assert queue.stats().entries_expired == 0
     else:
         with queue.consumer("n1", group="g", on_data_loss="fail", **FAST) as consumer:
-            got = _receive(consumer, 2)
+            got = receive_all(consumer, 2)
             assert [m.value for m in got] == ["edge", "next"]
             consumer.ack(got)
         assert queue.group("g").lost == 0

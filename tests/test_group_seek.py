@@ -11,8 +11,8 @@ from large_queue import GroupNotFoundError, InvalidArgumentError, OwnershipLostE
 from large_queue.cli import main
 from large_queue.cluster import Message
 from tests.fix_backends import Place, Store
-from tests.test_consumer_groups import FAST
-from tests.test_consumer_groups import _receive_all as _receive
+from tests.fix_consumers import FAST
+from tests.fix_consumers import receive_all as _receive
 
 
 def _values(messages: list[Message]) -> list[Any]:

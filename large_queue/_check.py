@@ -14,6 +14,8 @@ never rewritten: guessing them could lose data.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,18 +121,57 @@ def _check_buffers(
     )
     head_slots: list[Any] | None = None
     base = metadata.head - shape.slot_of(metadata.head)  # the first offset of the head's record
+    ahead: dict[int, tuple[Any, Any]] = {}  # buffer records marked past the counter read first
     for part in range(0, len(order), BATCH):
         indexes = order[part : part + BATCH]
         window: dict[int, list[Any] | None] = {}
         for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
-            window[index] = _check_buffer(backend, keys, metadata, report, repair, index, buffer)
+            window[index] = _check_buffer(backend, keys, metadata, report, repair, index, buffer, ahead)
         if part == 0:
             head_slots = window[first]
         window[first] = head_slots
         counting.count(window, reach=base + (part + len(indexes)) * shape.slots_per_record)
     # A full queue's last offsets lie in the head's record again.
     counting.count({first: head_slots}, reach=metadata.tail)
-    report.live_entries = counting.finish(report)
+    now = functools.cache(lambda: _metadata_now(backend, keys, metadata))
+    if ahead:
+        token = (now().fence_epoch, now().fence_counter)
+        for index, marks in ahead.items():
+            if marks > token:
+                report.problems.append(
+                    f"buffer record {index} has fencing mark {marks}, ahead of the queue's counter {token}"
+                )
+    report.live_entries = counting.finish(report, lambda: now().head)
+
+
+def _metadata_now(backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata) -> rec.Metadata:
+    """The queue's metadata, read again after its records (as first read if it cannot be read).
+
+    Appends under the lock move the fencing counter while a check runs, and
+    producers appending with ``overwrite_if_full`` move the head: the buffer
+    records they mark and the slots they overwrite meanwhile are not damage
+    (the counter moved first, the head passed the slots first).
+    """
+    try:
+        record = backend.get(keys.metadata)
+        now = rec.parse_metadata(keys.name, record.bins) if record is not None else None
+    except errors.LargeQueueError:
+        return metadata
+    return now if now is not None and now.incarnation == metadata.incarnation else metadata
+
+
+def _passed(report: CheckReport, offsets: list[int], head_now: Callable[[], int], head: int) -> list[int]:
+    """``offsets`` not passed by the head since the check began (those passed are noted)."""
+    if not offsets:
+        return offsets
+    now = head_now()
+    passed = [offset for offset in offsets if offset < now]
+    if passed:
+        report.notes.append(
+            f"{len(passed)} offsets were overwritten while they were checked (producers appending with"
+            f" overwrite_if_full moved the head from {head} to {now}): dropped as the queue promises"
+        )
+    return [offset for offset in offsets if offset >= now]
 
 
 def _check_buffer(
@@ -141,10 +182,12 @@ def _check_buffer(
     repair: bool,
     index: int,
     buffer: Record | errors.CorruptRecordError | None,
+    ahead: dict[int, tuple[Any, Any]],
 ) -> list[Any] | None:
     """Report what is wrong with buffer record ``index`` (recreate it if missing and ``repair``).
 
-    Its slots if they can be counted, else None.
+    Its slots if they can be counted, else None. Fencing marks ahead of the
+    counter go to ``ahead``, to be weighed against the counter read again.
     """
     shape = metadata.shape
     token = (metadata.fence_epoch, metadata.fence_counter)
@@ -180,8 +223,8 @@ def _check_buffer(
     marks = (buffer.bins.get(rec.FENCE_EPOCH), buffer.bins.get(rec.FENCE_COUNTER))
     if not all(type(mark) is int for mark in marks):
         report.problems.append(f"{where} has missing or non-integer fencing marks {marks}")
-    elif marks > token:
-        report.problems.append(f"{where} has fencing mark {marks}, ahead of the queue's counter {token}")
+    elif marks > token:  # reported if still ahead of the counter read again after the records
+        ahead[index] = marks
     if not isinstance(slots, list) or len(slots) != shape.slots_per_record:
         report.problems.append(f"{where} does not hold a list of {shape.slots_per_record} slots")
         return None
@@ -214,8 +257,11 @@ class _LiveCount:
         """Count what the records of ``window`` hold of ``[head, reach)`` (None: not countable)."""
         raise NotImplementedError
 
-    def finish(self, report: CheckReport) -> int | None:
-        """Report what was found; the count (None if records that hold live offsets could not be read)."""
+    def finish(self, report: CheckReport, head_now: Callable[[], int]) -> int | None:
+        """Report what was found; the count (None if records that hold live offsets could not be read).
+
+        ``head_now`` reads the head again, for slots that no longer hold their offset.
+        """
         raise NotImplementedError
 
 
@@ -242,12 +288,11 @@ class _PlainCount(_LiveCount):
                 else:
                     self.missing.append(offset)
 
-    def finish(self, report: CheckReport) -> int | None:
+    def finish(self, report: CheckReport, head_now: Callable[[], int]) -> int | None:
         """Report the live offsets whose slots lost their entry; how many hold theirs."""
-        if self.missing:
-            report.problems.append(
-                f"live offsets whose slots no longer hold their entry: {_listed(sorted(self.missing))}"
-            )
+        missing = _passed(report, sorted(self.missing), head_now, self.metadata.head)
+        if missing:
+            report.problems.append(f"live offsets whose slots no longer hold their entry: {_listed(missing)}")
         return self.holding
 
 
@@ -262,7 +307,8 @@ class _PrefixCount(_LiveCount):
         self.after: Settled | None = None
         self.verdicts: dict[int, str] = {}
         self.window: dict[int, list[Any] | None] = {}
-        self.entries = self.closed = self.overwritten = 0
+        self.entries = self.closed = 0
+        self.overwritten: list[int] = []
         self.lost: list[int] = []  # below the published mark, so once published: their entries are gone
         self.pending: list[int] = []
         self.malformed: str | None = None
@@ -289,7 +335,7 @@ class _PrefixCount(_LiveCount):
                 return
             self.entries += len(settled.entries)
             self.closed += settled.closed
-            self.overwritten += len(settled.overwritten)
+            self.overwritten += settled.overwritten
             self.after = settled
             self.start = settled.end
             if settled.end < stop:
@@ -318,12 +364,13 @@ class _PrefixCount(_LiveCount):
             raise _Unreadable
         return slots[0]
 
-    def finish(self, report: CheckReport) -> int | None:
+    def finish(self, report: CheckReport, head_now: Callable[[], int]) -> int | None:
         """Report lost, overwritten, closed and pending offsets; the entries counted."""
         if self.malformed:
             report.problems.append(f"a live slot is malformed: {self.malformed}")
-        if self.overwritten:
-            report.problems.append(f"{self.overwritten} live offsets whose slots hold a later lap's entry")
+        overwritten = _passed(report, self.overwritten, head_now, self.metadata.head)
+        if overwritten:
+            report.problems.append(f"{len(overwritten)} live offsets whose slots hold a later lap's entry")
         if self.lost:
             report.problems.append(
                 f"live offsets below the published mark {self.metadata.published} hold no entry (lost):"

@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from large_queue.backends import Backend, RecordKey, connect
+from large_queue.backends._delegating import Delegating
 from large_queue.backends.embedded import EmbeddedBackend
 from large_queue.queue import Queue
 
@@ -163,6 +165,21 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
     for name in result.created:
         Queue.delete(backend, name)
     backend.close()
+
+
+class AfterFirstRead(Delegating):
+    """A store that runs ``meanwhile`` right after its first ``get`` returns (the caller is paused there)."""
+
+    def __init__(self, inner: Backend, meanwhile: Any) -> None:
+        super().__init__(inner)
+        self.meanwhile = meanwhile
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = super().relay(method, *args, **kwargs)
+        if method == "get" and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return result
 
 
 @dataclass

@@ -11,7 +11,7 @@ from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
 from large_queue.cli import main
-from tests.fix_backends import APPENDS, Place, Store
+from tests.fix_backends import APPENDS, AfterFirstRead, Place, Store
 
 
 @pytest.mark.parametrize("appends", APPENDS)
@@ -41,6 +41,34 @@ def test_a_full_queue_read_a_few_records_at_a_time_counts_every_entry_once(
     store.backend.remove(queue.keys.buffer(1))  # offsets 24..26 gone
     report = check_queue(store.backend, queue.name)
     assert report.problems == ["buffer record 1 is missing; the live offsets it held are gone: 24, 25, 26"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_slots_an_overwriting_producer_takes_while_checked_are_no_problem(store: Store, appends: str) -> None:
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
+    queue.enqueue_batch(range(6))  # full: head 0, tail 6
+    before = store.backend.get(queue.keys.metadata)
+    assert before is not None
+
+    def overwritten() -> None:  # after check has read the metadata (head 0), before the buffer records
+        queue.enqueue_batch(["new"] * 4, overwrite_if_full=True)  # head 4; offsets 6..9 in slots 0..3
+
+    report = check_queue(AfterFirstRead(store.backend, overwritten), queue.name)
+    assert report.ok, report.lines()
+    assert any("4 offsets were overwritten while they were checked" in n for n in report.notes), report.notes
+    assert any("moved the head from 0 to 4" in n for n in report.notes), report.notes
+    assert check_queue(store.backend, queue.name).live_entries == 6
+
+    # The same slots while the head stays where the check read it: entries gone, a problem.
+    queue.enqueue_batch(["newer"] * 4, overwrite_if_full=True)  # head 8; offsets 10..13 in slots 4, 5, 0, 1
+
+    def overwritten_head_kept() -> None:
+        queue.enqueue_batch(["newest"] * 4, overwrite_if_full=True)  # head 12
+        store.backend.put(queue.keys.metadata, before.bins)  # head 0 again: damage, not an overwrite
+
+    report = check_queue(AfterFirstRead(store.backend, overwritten_head_kept), queue.name)
+    assert not report.ok
+    assert not any("while they were checked" in n for n in report.notes), report.notes
 
 
 def test_check_holds_a_few_records_in_memory_however_long_the_queue(

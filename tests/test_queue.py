@@ -20,7 +20,7 @@ from large_queue.backends import Backend, ListSet, ListSetRange, WriteMode
 from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError
-from tests.fix_backends import SECOND_NAMESPACE, Store
+from tests.fix_backends import SECOND_NAMESPACE, AfterFirstRead, Store
 
 
 def drain(queue: Queue) -> list[int]:
@@ -279,21 +279,6 @@ def test_a_failed_create_removes_what_it_wrote(store: Store) -> None:
     assert [store.backend.get(keys.buffer(i)) for i in range(4)] == [None] * 4
 
 
-class _AfterFirstRead(Delegating):
-    """A store that runs ``meanwhile`` right after its first ``get`` returns (the caller is paused there)."""
-
-    def __init__(self, inner: Backend, meanwhile: Any) -> None:
-        super().__init__(inner)
-        self.meanwhile = meanwhile
-
-    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        result = super().relay(method, *args, **kwargs)
-        if method == "get" and self.meanwhile is not None:
-            meanwhile, self.meanwhile = self.meanwhile, None
-            meanwhile()
-        return result
-
-
 def test_a_delete_paused_while_the_name_is_deleted_and_made_again_removes_what_is_there(store: Store) -> None:
     queue = store.new_queue(capacity=6, slots_per_record=3)  # 2 buffer records
     bigger: list[Queue] = []
@@ -303,7 +288,7 @@ def test_a_delete_paused_while_the_name_is_deleted_and_made_again_removes_what_i
         bigger.append(Queue.create(store.backend, queue.name, capacity=15, slots_per_record=3))  # 5 records
         bigger[0].enqueue("new")
 
-    assert Queue.delete(_AfterFirstRead(store.backend, deleted_and_made_again), queue.name)
+    assert Queue.delete(AfterFirstRead(store.backend, deleted_and_made_again), queue.name)
     # its mark was refused (another creation): it read the record again and removed that queue whole
     assert [store.backend.get(bigger[0].keys.buffer(i)) for i in range(5)] == [None] * 5
     assert store.backend.get(queue.keys.metadata) is None

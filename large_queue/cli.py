@@ -500,18 +500,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     described["ownership"] = dataclasses.asdict(ownership_info(queue))
                 _print(described)
             elif args.command == "groups":
-                if args.to is not None and not args.seek:
+                if args.to is not None and args.seek is None:
                     raise errors.InvalidArgumentError("--to says where --seek moves a group: give --seek too")
-                target = _seek_target(args.to) if args.seek else None
-                if args.seek:  # refused before anything changes
-                    from large_queue.cluster._groups import check_seek
+                target = _seek_target(args.to) if args.seek is not None else None
+                from large_queue.cluster._groups import check_group, check_new_group, check_seek
 
+                if args.create is not None:  # every argument refused before anything changes
+                    check_new_group(args.create)
+                if args.delete is not None:
+                    check_group(args.delete)
+                if args.seek is not None:
                     check_seek(queue, args.seek, target)
-                if args.create:
+                if args.create is not None:
                     _print({"created": queue.create_group(args.create)})
-                if args.delete:
+                if args.delete is not None:
                     _print({"deleted": queue.delete_group(args.delete)})
-                if args.seek:
+                if args.seek is not None:
                     assert target is not None
                     _print({"group": args.seek, "cursor": queue.seek_group(args.seek, target)})
                 for group in queue.groups():

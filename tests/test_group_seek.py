@@ -118,6 +118,13 @@ def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[st
     ]:
         assert main(["--url", place.url, "groups", name, *bad[:4], "--seek", "g", "--to", to]) == 1
         assert said in capsys.readouterr().err  # refused before the group was made or the other deleted
+    for bad_names in (
+        ["--create", ""],
+        ["--create", "new", "--delete", ""],
+        ["--delete", "keeper", "--seek", "", "--to", "head"],
+    ):
+        assert main(["--url", place.url, "groups", name, *bad_names]) == 1
+        assert "group name '' is invalid" in capsys.readouterr().err  # an empty name is refused, not ignored
     queue = Queue.open(place.connect(), name)
     assert queue.group("g").delivered_offset == 0
     assert sorted(g.name for g in queue.groups()) == ["g", "keeper"]

@@ -35,7 +35,7 @@ from large_queue import _records as rec
 from large_queue import errors
 from large_queue._entries import JSON, MSGPACK, NATIVE, bytes_as_json, decode_entry
 from large_queue.queue import Queue
-from large_queue.spark._options import data_loss
+from large_queue.spark._options import data_loss, recreated
 
 log = logging.getLogger("large_queue.spark")
 
@@ -312,11 +312,21 @@ def _chunk(
     schema: StructType,
     arrow_schema: pa.Schema,
 ) -> pa.RecordBatch | None:
-    """One batch get over ``blocks``, as one record batch (None if every slot was lost)."""
+    """One batch get over ``blocks``, as one record batch (None if every slot was lost).
+
+    The metadata record comes in the same batch get: if it is no longer the
+    queue's creation the read began in (deleted, or deleted and created again,
+    whose new entries take the same offsets), :class:`_Recreated` is raised
+    and nothing of the chunk is kept.
+    """
     per_record = queue.shape.slots_per_record
     keys = [queue.keys.buffer(queue.shape.record_of(block * per_record)) for block in blocks]
+    records = queue.backend.batch_get([*keys, queue.keys.metadata])
+    metadata = records.pop()
+    if metadata is None or metadata.bins.get(rec.INCARNATION) != queue.incarnation:
+        raise _Recreated
     rows = Rows()
-    for block, record in zip(blocks, queue.backend.batch_get(keys), strict=True):
+    for block, record in zip(blocks, records, strict=True):
         lo = max(start, block * per_record)
         hi = min(stop, (block + 1) * per_record)
         slots = record.bins.get(rec.SLOTS) if record is not None else None
@@ -331,6 +341,10 @@ def _chunk(
     return record_batch(queue.name, value_format, schema, arrow_schema, rows, queue.encoding)
 
 
+class _Recreated(Exception):
+    """The queue was deleted (and maybe created again) since the read began."""
+
+
 def read_segment(
     queue: Queue,
     start: int,
@@ -339,8 +353,15 @@ def read_segment(
     value_format: str,
     fail_on_data_loss: bool,
     schema: StructType,
+    incarnation: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    """Offsets [start, stop) of ``queue`` as Arrow record batches, one batch get per chunk."""
+    """Offsets [start, stop) of ``queue`` as Arrow record batches, one batch get per chunk.
+
+    ``incarnation`` is the queue's creation the offsets were planned in: if
+    the queue was deleted and created again since, its entries at those
+    offsets are other entries, never read as these (an error, or with
+    ``fail_on_data_loss`` off a warning and nothing more of the segment).
+    """
     per_record = queue.shape.slots_per_record
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     first_block = start // per_record
@@ -348,8 +369,22 @@ def read_segment(
     lost: list[int] = []
     for chunk_start in range(first_block, last_block + 1, RECORDS_PER_BATCH_GET):
         blocks = range(chunk_start, min(chunk_start + RECORDS_PER_BATCH_GET, last_block + 1))
-        with collector_paused():  # the chunk's Python objects are freed before the collector resumes
-            batch = _chunk(queue, blocks, start, stop, lost, value_format, schema, arrow_schema)
+        try:
+            if queue.incarnation != incarnation:
+                raise _Recreated
+            with collector_paused():  # the chunk's Python objects are freed before the collector resumes
+                batch = _chunk(queue, blocks, start, stop, lost, value_format, schema, arrow_schema)
+        except _Recreated:
+            gone_from = max(start, chunk_start * per_record)
+            if fail_on_data_loss:
+                raise recreated(queue.name, gone_from, stop) from None
+            log.warning(
+                "queue %r was deleted or created again while it was read: offsets %d..%d skipped",
+                queue.name,
+                gone_from,
+                stop - 1,
+            )
+            return
         if lost and fail_on_data_loss:
             raise data_loss(queue.name, lost[0], lost[-1] + 1)
         if batch is not None:

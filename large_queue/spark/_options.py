@@ -272,10 +272,25 @@ def resolve(bound: str | int, head: int, tail: int) -> int:
     return bound
 
 
-def check_range(queue: str, start: int, end: int, head: int, tail: int, fail_on_data_loss: bool) -> int:
-    """Validate a batch read of [start, end); returns the first offset to read."""
+def check_range(
+    queue: str,
+    start: int,
+    end: int,
+    head: int,
+    tail: int,
+    fail_on_data_loss: bool,
+    *,
+    sought: int | None = None,
+) -> int:
+    """Validate a batch read of [start, end); returns the first offset to read.
+
+    ``sought``: the ``startingTimestamp`` that ``start`` was sought from, if any.
+    """
     if start > end:
-        raise errors.InvalidArgumentError(f"startingOffsets {start} is after endingOffsets {end}")
+        given = (
+            f"startingOffsets {start}" if sought is None else f"startingTimestamp {sought} (offset {start})"
+        )
+        raise errors.InvalidArgumentError(f"{given} is after endingOffsets {end}")
     if end > tail:
         raise errors.InvalidArgumentError(
             f"endingOffsets {end} is beyond the tail {tail} of queue {queue!r}:"
@@ -293,6 +308,18 @@ def data_loss(queue: str, start: int, stop: int) -> errors.QueueError:
     return errors.QueueError(
         f"offsets {start} to {stop - 1} of queue {queue!r} are no longer in the queue (dequeued or"
         " overwritten); set failOnDataLoss=false to skip them",
+        queue=queue,
+        lost_from=start,
+        lost_to=stop,
+    )
+
+
+def recreated(queue: str, start: int, stop: int) -> errors.QueueError:
+    """The error for offsets planned in a creation of the queue that was deleted since."""
+    return errors.QueueError(
+        f"queue {queue!r} was deleted (or deleted and created again) after offsets {start} to {stop - 1}"
+        " were planned: they are gone, and their numbers may name other entries now; set"
+        " failOnDataLoss=false to skip them",
         queue=queue,
         lost_from=start,
         lost_to=stop,

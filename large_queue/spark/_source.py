@@ -53,6 +53,7 @@ from large_queue.spark._options import (
     data_loss,
     for_reading,
     for_writing,
+    recreated,
     resolve,
     segments,
     starting_offset,
@@ -99,28 +100,43 @@ def _checked_schema(schema: StructType, value_format: str) -> StructType:
 BINARY_SCHEMA = "queue string, offset long, value binary, enqueued_at timestamp"
 
 #: what each streaming query's driver has seen of holes, by queue (kept across micro-batches)
-_hole_watches: dict[tuple[int, str | None, str | None, str], HoleWatch] = {}
+_hole_watches: dict[tuple[int, str | None, str | None, str, str | None], HoleWatch] = {}
 
 
 @dataclasses.dataclass(frozen=True)
 class Segment(InputPartition):
-    """Offsets [start, stop) of one queue: a run of whole buffer records."""
+    """Offsets [start, stop) of one queue: a run of whole buffer records.
+
+    ``incarnation`` is the creation of the queue they were planned in.
+    """
 
     start: int
     stop: int
+    incarnation: str | None = None
 
 
 def _read_segment(options: SourceOptions, schema: StructType, segment: Segment) -> Iterator[pa.RecordBatch]:
     """Read one segment with batch gets; yield Arrow record batches."""
-    if segment.start < segment.stop:
-        yield from read_segment(
-            open_queue(options),
-            segment.start,
-            segment.stop,
-            value_format=options.value_format,
-            fail_on_data_loss=options.fail_on_data_loss,
-            schema=schema,
+    if segment.start >= segment.stop:
+        return
+    try:
+        queue = open_queue(options)
+    except errors.QueueNotFoundError:
+        if options.fail_on_data_loss:
+            raise recreated(options.queue, segment.start, segment.stop) from None
+        log.warning(
+            "queue %r was deleted: offsets %d..%d skipped", options.queue, segment.start, segment.stop - 1
         )
+        return
+    yield from read_segment(
+        queue,
+        segment.start,
+        segment.stop,
+        value_format=options.value_format,
+        fail_on_data_loss=options.fail_on_data_loss,
+        schema=schema,
+        incarnation=segment.incarnation,
+    )
 
 
 class _BatchReader(DataSourceReader):
@@ -133,11 +149,18 @@ class _BatchReader(DataSourceReader):
                 " commits); a batch read reads offsets and commits nothing"
             )
         queue = open_queue(options)  # planning time: a missing queue or bad offsets fail here
+        self.incarnation = queue.incarnation
         info = queue.info()
         start = starting_offset(options, queue, info.head_offset, info.tail_offset)
         end = resolve(options.ending, info.head_offset, info.tail_offset)
         start = check_range(
-            options.queue, start, end, info.head_offset, info.tail_offset, options.fail_on_data_loss
+            options.queue,
+            start,
+            end,
+            info.head_offset,
+            info.tail_offset,
+            options.fail_on_data_loss,
+            sought=options.starting_timestamp,
         )
         self.segments = segments(
             queue.shape,
@@ -148,7 +171,7 @@ class _BatchReader(DataSourceReader):
         )
 
     def partitions(self) -> list[InputPartition]:
-        return [Segment(lo, hi) for lo, hi in self.segments] or [Segment(0, 0)]
+        return [Segment(lo, hi, self.incarnation) for lo, hi in self.segments] or [Segment(0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Segment)
@@ -171,7 +194,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         hole timeout (across micro-batches, on this driver's clock) it closes.
         """
         queue = open_queue(self.options)
-        key = (os.getpid(), self.options.url, self.options.namespace, self.options.queue)
+        # the driver's clock of holes in this creation of the queue (another creation has its own timeout)
+        key = (os.getpid(), self.options.url, self.options.namespace, self.options.queue, queue.incarnation)
         queue.holes = _hole_watches.setdefault(key, queue.holes)
         head, tail = queue.published_tail(close_overdue=True)
         return queue, head, tail
@@ -254,6 +278,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         queue, head, tail = self._bounds()
         begin = self._begin(queue, start, head, tail)
+        if end.get("incarnation", queue.incarnation) != queue.incarnation:
+            # ``end`` was planned in a creation deleted since (``_begin`` said so): none of it is left to
+            # read, and the next batch starts at this creation's head
+            return [Segment(0, 0)]
         planned = segments(
             queue.shape,
             begin,
@@ -261,7 +289,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_partitions=self.options.min_partitions,
             records_per_partition=self.options.records_per_partition,
         )
-        return [Segment(lo, hi) for lo, hi in planned] or [Segment(0, 0)]
+        return [Segment(lo, hi, queue.incarnation) for lo, hi in planned] or [Segment(0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Segment)

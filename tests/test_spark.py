@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from large_queue import Queue, connect
+from large_queue import Queue, QueueNotFoundError, connect
 from tests.fix_backends import Place
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -219,7 +220,14 @@ def test_a_spanning_batch_overwritten_between_snapshot_and_read_is_lost_not_drop
         ({"queue": "missing"}, "queue 'missing' does not exist"),
         ({"queue": "events", "startingOffsets": "soon"}, "must be 'earliest', 'latest' or an offset"),
         ({"queue": "events", "endingOffsets": 99}, "beyond the tail"),
-        ({"queue": "events", "startingOffsets": 3, "endingOffsets": 2}, "is after endingOffsets"),
+        (
+            {"queue": "events", "startingOffsets": 3, "endingOffsets": 2},
+            "startingOffsets 3 is after endingOffsets",
+        ),
+        (
+            {"queue": "events", "startingTimestamp": 2**62, "endingOffsets": 2},
+            rf"startingTimestamp {2**62} \(offset 4\) is after endingOffsets 2",
+        ),
         ({"queue": "events", "valueFormat": "xml"}, "valueFormat='xml' must be one of json, binary"),
         ({"queue": "events", "startingTimestamp": "noon"}, "startingTimestamp='noon'"),
         ({"queue": "events", "startingTimestamp": 5, "startingOffsets": 0}, "both say where to start"),
@@ -521,6 +529,21 @@ def test_spark_bench_reads_every_encoding_as_the_same_rows(spark: Any, place: Pl
     )
 
 
+def test_a_mistyped_embedded_store_path_is_an_error_and_makes_no_file(spark: Any, tmp_path: Path) -> None:
+    url = f"embedded://{tmp_path}/mistyped/store.db"
+    with pytest.raises(Exception, match="there is no store file at"):
+        reader(spark, url, "events").load().count()
+    with pytest.raises(Exception, match="there is no store file at"):
+        spark.range(3).write.format("large_queue").option("url", url).option("queue", "events").mode(
+            "append"
+        ).save()
+    assert not (tmp_path / "mistyped").exists()
+    spark.range(3).write.format("large_queue").option("url", url).option("queue", "events").option(
+        "createIfMissing", "true"
+    ).option("capacity", 10).mode("append").save()  # asked to create the queue: the store too
+    assert Queue.open(connect(url), "events").info().size == 3
+
+
 def test_registering_names_a_worker_python_that_cannot_import_the_library(tmp_path: Path) -> None:
     from large_queue import InvalidArgumentError
     from large_queue.spark import register
@@ -637,6 +660,33 @@ def test_a_column_no_entry_can_hold_is_refused_before_anything_is_written(
             "append"
         ).save()
     assert queue.info().size == 0
+
+
+@pytest.mark.parametrize(
+    ("columns", "named"),
+    [
+        ("select id, map(cast(id as int), 'x') as m from range(20)", r"column m \(its keys\) is of type int"),
+        (
+            "select id, named_struct('raw', unhex('00ff')) as s from range(20)",
+            "column s.raw is of type binary",
+        ),
+    ],
+)
+@pytest.mark.parametrize("made", ["before", "by the write"])
+def test_a_column_a_json_queue_cannot_hold_is_refused_before_anything_is_written(
+    spark: Any, url: str, columns: str, named: str, made: str
+) -> None:
+    write = spark.sql(columns).write.format("large_queue").option("url", url).option("queue", "out")
+    if made == "before":
+        Queue.create(connect(url), "out", capacity=100, encoding="json")
+    else:
+        write = (
+            write.option("createIfMissing", "true").option("capacity", 100).option("entryEncoding", "json")
+        )
+    with pytest.raises(Exception, match=named + ".*JSON-encoded queue"):
+        write.mode("append").save()
+    with pytest.raises(QueueNotFoundError) if made == "by the write" else contextlib.nullcontext():
+        assert Queue.open(connect(url), "out").info().size == 0  # nothing written (or created)
 
 
 def test_creation_options_apply_only_when_a_queue_is_created_and_must_match_the_queue(

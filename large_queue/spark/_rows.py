@@ -103,31 +103,56 @@ _STORABLE = frozenset(
 _KEYS = _STORABLE - {"BooleanType", "FloatType", "DoubleType", "NullType"}
 
 
-def check_writable(schema: StructType) -> None:
+#: ... and those that stay within JSON's types (bytes do not), for a JSON-encoded queue
+_JSON = _STORABLE - {"BinaryType"}
+#: ... and those that key a map in a JSON-encoded queue (they become text)
+_JSON_KEYS = frozenset(
+    {
+        "StringType",
+        "CharType",
+        "VarcharType",
+        "DecimalType",
+        "DateType",
+        "TimestampType",
+        "TimestampNTZType",
+        "TimeType",
+    }
+)
+
+
+def check_writable(schema: StructType, *, as_json: bool = False) -> None:
     """``InvalidArgumentError`` naming a column whose type no entry can hold, before anything is written.
 
     A row with a ``value`` column of string or binary type is that column
     decoded (checked entry by entry as it is enqueued); otherwise every
-    column's type, at every depth, must be one an entry can hold.
+    column's type, at every depth, must be one an entry can hold: with
+    ``as_json`` (a JSON-encoded queue), one of JSON's (no bytes; map keys
+    that become strings).
     """
     if "value" in schema.fieldNames():
         value_type = schema["value"].dataType
         if type(value_type).__name__ not in ("StringType", "CharType", "VarcharType", "BinaryType"):
-            _check_type("value", value_type)
+            _check_type("value", value_type, as_json)
         return
     for field in schema.fields:
-        _check_type(field.name, field.dataType)
+        _check_type(field.name, field.dataType, as_json)
 
 
-def _check_type(path: str, data_type: DataType, *, key: bool = False) -> None:
+def _check_type(path: str, data_type: DataType, as_json: bool, *, key: bool = False) -> None:
     if isinstance(data_type, StructType) and not key:
         for field in data_type.fields:
-            _check_type(f"{path}.{field.name}", field.dataType)
+            _check_type(f"{path}.{field.name}", field.dataType, as_json)
     elif isinstance(data_type, ArrayType) and not key:
-        _check_type(f"{path}[]", data_type.elementType)
+        _check_type(f"{path}[]", data_type.elementType, as_json)
     elif isinstance(data_type, MapType) and not key:
-        _check_type(f"{path} (its keys)", data_type.keyType, key=True)
-        _check_type(f"{path} (its values)", data_type.valueType)
+        _check_type(f"{path} (its keys)", data_type.keyType, as_json, key=True)
+        _check_type(f"{path} (its values)", data_type.valueType, as_json)
+    elif type(data_type).__name__ not in (_JSON_KEYS if key else _JSON) and as_json:
+        what = "key a map in" if key else "be stored in"
+        raise errors.InvalidArgumentError(
+            f"column {path} is of type {data_type.simpleString()}, which cannot {what} an entry of a"
+            " JSON-encoded queue: cast or drop it, or write to a queue of another encoding"
+        )
     elif type(data_type).__name__ not in (_KEYS if key else _STORABLE):
         what = "key a map in an entry" if key else "be stored in an entry"
         raise errors.InvalidArgumentError(
@@ -158,11 +183,29 @@ def _converter(data_type: DataType) -> Convert:
     return _plain
 
 
+#: how far from the ends of Python's datetimes (year 1, year 9999) a neighbour's local offset is taken
+_NEIGHBOUR = datetime.timedelta(days=2)
+
+
 def _instant(value: datetime.datetime | None) -> str | None:
     """A ``timestamp`` (naive, in this worker's local time) as ISO 8601 in UTC."""
     if value is None:
         return None
-    return value.astimezone(datetime.timezone.utc).isoformat()
+    try:
+        return value.astimezone(datetime.timezone.utc).isoformat()
+    except (
+        OverflowError,
+        ValueError,
+    ):  # within a day of either end: Python's local-time search steps past it
+        neighbour = value + _NEIGHBOUR if value.year == 1 else value - _NEIGHBOUR
+        offset = neighbour.astimezone().utcoffset() or datetime.timedelta()
+    try:
+        return (value - offset).replace(tzinfo=datetime.timezone.utc).isoformat()
+    except OverflowError:
+        raise errors.UnsupportedEntryError(
+            f"timestamp {value.isoformat()} (this worker's local time) is outside years 1 to 9999 in UTC,"
+            " which an entry cannot hold: run workers in UTC (TZ=UTC) or filter it out"
+        ) from None
 
 
 def _plain(value: Any) -> Any:

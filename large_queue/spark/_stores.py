@@ -15,17 +15,23 @@ from large_queue.spark._options import SourceOptions
 _stores: dict[tuple[int, str | None], Backend] = {}
 
 
-def store(url: str | None) -> Backend:
-    """One connection per worker process and URL."""
+def store(url: str | None, *, create: bool = False) -> Backend:
+    """One connection per worker process and URL.
+
+    An embedded store's file is made only with ``create`` (a write with
+    ``createIfMissing``): a mistyped path is an error, not a new empty store.
+    """
     key = (os.getpid(), url)
     if key not in _stores:
-        _stores[key] = connect(url)
+        _stores[key] = connect(url, create=create)
     return _stores[key]
 
 
 def open_queue(options: SourceOptions) -> Queue:
     """The queue the options name, on this process's connection."""
-    return Queue.open(store(options.url), options.queue, namespace=options.namespace)
+    return Queue.open(
+        store(options.url, create=options.create_if_missing), options.queue, namespace=options.namespace
+    )
 
 
 __all__ = ["open_queue", "store"]

@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 
 from large_queue import _records as rec
 from large_queue import errors
+from large_queue._entries import JSON
 from large_queue.queue import DEFAULT_APPENDS, Queue
 from large_queue.spark._options import SourceOptions
 from large_queue.spark._rows import check_writable, entry_maker
@@ -68,24 +69,30 @@ class Enqueued(WriterCommitMessage):
     last_offset: int | None
 
 
-def prepare_queue(options: SourceOptions) -> None:
+def prepare_queue(options: SourceOptions, schema: StructType) -> None:
     """Driver side, before any task: open the queue, or create it if asked to.
+
+    The schema is checked against what the queue's encoding holds first
+    (:func:`check_writable`): a column no entry can hold fails here, before
+    anything is created or written.
 
     With ``createIfMissing``, a queue that is there already must have the
     settings the options give (``capacity``, ``slotsPerRecord``,
     ``entryEncoding``, ``appends``): else ``InvalidArgumentError`` names the
     difference, instead of writing into a queue other than the one described.
     """
+    check_writable(schema)
     try:
-        _check_settings(open_queue(options), options)
+        queue = open_queue(options)
     except errors.QueueNotFoundError:
         if not options.create_if_missing:
             raise
         if options.capacity is None:
             raise errors.InvalidArgumentError("createIfMissing needs option 'capacity'") from None
+        check_writable(schema, as_json=options.entry_encoding == JSON)
         with contextlib.suppress(errors.QueueExistsError):  # a concurrent writer created it
             Queue.create(
-                store(options.url),
+                store(options.url, create=True),
                 options.queue,
                 capacity=options.capacity,
                 slots_per_record=options.slots_per_record,
@@ -93,6 +100,9 @@ def prepare_queue(options: SourceOptions) -> None:
                 encoding=options.entry_encoding,
                 appends=options.appends or DEFAULT_APPENDS,
             )
+        return
+    _check_settings(queue, options)
+    check_writable(schema, as_json=queue.encoding == JSON)
 
 
 def _check_settings(queue: Queue, options: SourceOptions) -> None:
@@ -180,8 +190,7 @@ class BatchWriter(DataSourceWriter):
         self.options = options
         self.schema = schema
         self.write_id = uuid.uuid4().hex  # drawn once, on the driver: every task attempt carries it
-        check_writable(schema)
-        prepare_queue(options)
+        prepare_queue(options, schema)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:
         """Enqueue one task's rows."""
@@ -211,8 +220,7 @@ class StreamWriter(DataSourceStreamWriter):
         self.options = options
         self.schema = schema
         self.write_id = uuid.uuid4().hex
-        check_writable(schema)
-        prepare_queue(options)
+        prepare_queue(options, schema)
 
     def write(self, iterator: Iterator[Row]) -> Enqueued:
         """Enqueue one task's rows."""

@@ -216,6 +216,43 @@ def test_junctions_of_fewer_than_two_parts_read_alike_on_every_store(store: Stor
     assert verdicts == [True, False, True, False]
 
 
+def test_unknown_stays_unknown_through_junctions_and_negations_on_every_store(
+    store: Store, key: RecordKey
+) -> None:
+    """A missing bin, or one of another type, makes a comparison unknown; ``not`` of unknown is unknown.
+
+    Negated, an unknown condition is still not met: a store that took unknown
+    for false would let each of these commands through.
+    """
+    store.backend.put(key, {"n": 1, "s": "text"})
+    missing, true, false = eq(IntBin("missing"), 1), eq(IntBin("n"), 1), eq(IntBin("n"), 2)
+    unknown = [
+        missing,
+        all_of(missing, true),  # and: unknown unless a part is false
+        any_of(missing, false),  # or: unknown unless a part is true
+        eq(IntBin("s"), 1),  # a str bin read as an int
+        Not(missing),
+        Not(Not(missing)),
+        Not(all_of(missing, true)),
+        Not(any_of(missing, false)),
+        Not(eq(IntBin("s"), 1)),
+    ]
+    for condition in unknown:
+        with pytest.raises(errors.ConditionNotMetError):
+            store.backend.operate(key, [Write("w", 1)], condition=condition)
+    # decided by one known part, whatever the unknown one: met
+    store.backend.operate(key, [Write("w", 1)], condition=any_of(missing, true))
+    store.backend.operate(key, [Write("w", 2)], condition=Not(all_of(missing, false)))
+    assert store.backend.get(key).bins.get("w") == 2  # type: ignore[union-attr]
+
+
+def test_a_comparison_of_an_int_with_a_str_is_refused_when_built() -> None:
+    for left, right in [(IntBin("n"), "a"), (NowMs(), "now"), (1, "1")]:
+        with pytest.raises(errors.BackendUsageError, match="comparison of an int with a str"):
+            eq(left, right)
+    eq(Param("p"), "a")  # a value given later: checked by the store that compares it
+
+
 def test_the_embedded_file_shrinks_as_queues_are_deleted(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     store = EmbeddedBackend(path)

@@ -130,6 +130,18 @@ class Compare:
                 raise errors.BackendUsageError(
                     f"a comparison compares ints, strs and operands (bins, Param, ...), not {side!r}", code=-2
                 )
+        kinds = {_kind(self.left), _kind(self.right)} - {None}
+        if len(kinds) > 1:  # Aerospike refuses the expression; the embedded store would call it unknown
+            raise errors.BackendUsageError(
+                f"a comparison of an int with a str: {self.left!r} {self.op} {self.right!r}", code=-2
+            )
+
+
+def _kind(operand: Any) -> type | None:
+    """What an operand is known to be before any record is read (None: a ``Param``, known when bound)."""
+    if isinstance(operand, (StrBin, str)):
+        return str
+    return None if isinstance(operand, Param) else int
 
 
 @dataclass(frozen=True)

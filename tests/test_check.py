@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from large_queue import CorruptQueueError, Queue, QueueNotFoundError, connect
+from large_queue import CorruptQueueError, Queue, QueueNotFoundError, _locked, connect
 from large_queue import _records as rec
 from large_queue._check import check_queue
 from large_queue.backends import ListSet, Write, WriteMode
@@ -356,3 +356,53 @@ def test_a_slot_past_the_tail_is_noted_not_a_problem(store: Store) -> None:
     report = check_queue(store.backend, queue.name)
     assert report.ok, report.lines()
     assert any("holds offset 2, at or beyond the tail 1" in note for note in report.notes), report.notes
+
+
+def test_an_append_under_the_lock_never_committed_is_noted_not_shown(store: Store) -> None:
+    queue = store.new_queue(appends="lock", capacity=12, slots_per_record=3)
+    queue.enqueue("a")
+    grant = queue.lock.acquire("ghost")
+    _locked.write_entries(queue, grant, ["ghost"], overwrite_if_full=False)  # slot of offset 1, the tail
+    queue.lock.release(grant)  # never committed: the tail stays 1
+    assert [e.value for e in queue.peek(10)] == ["a"]
+    report = check_queue(store.backend, queue.name)
+    assert report.ok, report.lines()
+    assert any("slot 1 holds offset 1, at or beyond the tail 1" in note for note in report.notes), (
+        report.notes
+    )
+
+
+def test_a_live_offset_whose_slot_holds_another_lap_is_named(store: Store) -> None:
+    queue = store.new_queue(appends="lock", capacity=12, slots_per_record=3, encoding="native")
+    queue.enqueue_batch(list(range(12)))
+    queue.dequeue_batch(12)
+    queue.enqueue_batch([12, 13, 14])  # the second lap, in record 0
+    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 1, [1, "stale", 0])])  # lap one again
+    report = check_queue(store.backend, queue.name)
+    assert report.problems == ["live offsets whose slots no longer hold their entry: 13"], report.lines()
+
+
+def test_a_reservation_at_the_published_mark_is_pending_not_lost(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=12, slots_per_record=3, hole_timeout=60)
+    queue.enqueue_batch(["a", "b"])
+    queue.appender.reserve(1, overwrite=False)  # offset 2: not published yet
+    queue.enqueue("d")
+    assert [e.value for e in queue.dequeue_batch(10)] == ["a", "b"]  # stops at the hole
+    assert queue.current_metadata().published == 2
+    report = check_queue(store.backend, queue.name)
+    assert report.ok, report.lines()
+    assert any("offsets 2 are reserved and not published yet" in note for note in report.notes), report.notes
+
+
+def test_the_check_command_exits_1_on_a_damaged_queue(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("damaged")
+    backend = place.connect()
+    queue = Queue.create(backend, name, capacity=4, slots_per_record=2)
+    queue.enqueue("a")
+    assert main(["--url", place.url, "check", name]) == 0
+    backend.remove(queue.keys.buffer(0))
+    capsys.readouterr()
+    assert main(["--url", place.url, "check", name]) == 1
+    assert "problem: buffer record 0 is missing" in capsys.readouterr().out

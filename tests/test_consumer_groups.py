@@ -447,3 +447,32 @@ def test_entries_in_flight_to_a_dead_ungrouped_consumer_survive_a_group_made_and
     assert queue.delete_group("g")  # nobody consumed as g
     with queue.consumer("u2", on_data_loss="fail", **FAST) as consumer:
         assert sorted(m.value for m in receive_all(consumer, 5)) == ["a", "b", "c", "d", "e"]
+
+
+def test_a_reader_commit_leaves_the_head_to_a_group_whose_owner_record_is_gone(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("a")
+    queue.create_group("b")
+    queue.enqueue_batch(list(range(5)))
+    store.backend.remove(queue.keys.group("b").owner)  # where b got to is unknown
+    _groups.commit_cursor(queue, "a", 5)  # a (a Spark stream, say) acked everything
+    assert queue.current_metadata().head == 0  # nothing is freed on a guess
+
+
+def test_a_reader_commit_takes_the_tail_and_nothing_past_it(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.enqueue_batch([0, 1, 2])
+    with pytest.raises(InvalidArgumentError, match="cannot ack up to offset 4: the queue's tail is 3"):
+        _groups.commit_cursor(queue, "g", 4)
+    assert queue.group("g").acked_offset == 0
+    _groups.commit_cursor(queue, "g", 3)
+    assert queue.group("g").acked_offset == 3
+
+
+def test_a_group_behind_the_head_lags_by_what_is_still_queued(store: Store) -> None:
+    queue = store.new_queue(capacity=4, slots_per_record=2)
+    queue.create_group("g")
+    queue.enqueue_batch([0, 1, 2, 3])
+    queue.enqueue_batch([4, 5], overwrite_if_full=True)  # 0 and 1 dropped: head 2, tail 6
+    assert queue.group("g").lag == 4  # 2..5, not the 2 entries gone

@@ -11,7 +11,7 @@ import pytest
 from large_queue import CorruptQueueError, Queue, QueueNotFoundError, _locked, connect
 from large_queue import _records as rec
 from large_queue._check import check_queue
-from large_queue.backends import ListSetRange
+from large_queue.backends import ListSet, ListSetRange
 from large_queue.errors import StoreFileError
 from tests.fix_backends import APPENDS, Store
 
@@ -34,6 +34,16 @@ def test_a_damaged_buffer_record_is_named_and_the_rest_stays_readable(store: Sto
     assert any("buffer record 1 cannot be read" in p and "3, 4, 5" in p for p in report.problems), (
         report.problems
     )
+
+
+def test_a_slot_cut_short_is_named_by_readers(store: Store) -> None:
+    queue = store.new_queue(appends="lock", capacity=12, slots_per_record=3, encoding="native")
+    queue.enqueue_batch(["a", "b"])
+    store.backend.operate(queue.keys.buffer(0), [ListSet(rec.SLOTS, 0, [0, "a"])])  # its enqueue time gone
+    with pytest.raises(CorruptQueueError, match="malformed"):
+        queue.get(0)
+    entry = queue.get(1)
+    assert entry is not None and entry.value == "b"  # the rest stays readable
 
 
 def test_a_damaged_metadata_record_is_named(store: Store) -> None:

@@ -147,3 +147,18 @@ def test_a_seek_forgets_a_dead_letter_move_under_way_and_delivers_its_entry_agai
         assert _values(got) == ["poison", "ok"]  # delivered again, not moved
         consumer.ack(got)
     assert dead.info().size == 0 and queue.group("g").dead_lettered == 0
+
+
+def test_a_seek_to_a_moment_whose_offset_the_head_passed_meanwhile_lands_on_the_head(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    queue.create_group("g")
+    queue.enqueue_batch(list(range(6)))
+    with queue.consumer("n1", group="g", **FAST) as consumer:
+        consumer.ack(_receive(consumer, 3))
+        consumer.close()  # its last sync moves the head to 3
+    assert queue.info().head_offset == 3
+    monkeypatch.setattr(queue, "offset_at", lambda moment: 1)  # looked up before the head passed offset 1
+    assert queue.seek_group("g", datetime.datetime.now(datetime.timezone.utc)) == 3
+    assert queue.group("g").delivered_offset == 3

@@ -7,6 +7,8 @@ one after the other), so that what the queue does with a guess runs on both stor
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from large_queue import Queue
@@ -72,3 +74,26 @@ def test_a_slot_the_guess_saw_unpublished_is_read_again_under_the_lock(guessing:
     entry = queue.dequeue()
     assert backend.operate_and_read == operate_and_read, "the guessed read was not sent"
     assert entry is not None and (entry.offset, entry.value) == (first, "b")
+
+
+def test_a_guessed_batch_running_into_the_next_record_takes_all_it_may(guessing: Store) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=20, slots_per_record=5)
+    for n in range(10):
+        queue.enqueue(n)
+    fresh = Queue.open(guessing.backend, queue.name)  # no read-ahead: the guess covers the head's record
+    assert [e.value for e in fresh.dequeue_batch(6)] == list(range(6))
+    assert [e.value for e in fresh.dequeue_batch(6)] == list(range(6, 10))
+
+
+def test_a_guessing_dequeue_waits_out_a_busy_lock(guessing: Store) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=20, slots_per_record=5)
+    queue.enqueue("a")
+    other = Queue.open(guessing.backend, queue.name)
+    grant = other.lock.acquire("holder")
+    timer = threading.Timer(0.3, other.lock.release, [grant])
+    timer.start()
+    try:
+        entry = queue.dequeue(timeout=5)
+    finally:
+        timer.join()
+    assert entry is not None and entry.value == "a"

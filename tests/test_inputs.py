@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,14 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import _records as rec
-from large_queue._entries import INT64_MAX, INT64_MIN, MAX_NESTING_DEPTH, check_entries, max_entry_bytes
+from large_queue._entries import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_NESTING_DEPTH,
+    check_entries,
+    check_entry,
+    max_entry_bytes,
+)
 from large_queue.backends import WriteMode, connect
 from large_queue.errors import NamespaceNotFoundError
 from tests.fix_backends import APPENDS, Store
@@ -84,6 +92,44 @@ def test_unsupported_entries_are_refused_before_writing(
         queue.enqueue_batch(["fine", entry])
     assert store.backend.commands == commands  # nothing was sent
     assert [e.value for e in queue.dequeue_batch(10)] == ["before"]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "entry", "message"),
+    [  # flat dicts and lists take quicker checks than nested values: each refuses alike
+        ("native", {"k": "a\x00b"}, r"\['k'\] is a str holding a NUL character"),
+        ("native", {"k\x00": "v"}, r"has a key holding a NUL character"),
+        ("native", {"k": 2**63}, r"\['k'\] = 9223372036854775808 does not fit a signed 64-bit"),
+        ("msgpack", {"k": 2**63}, r"\['k'\] = 9223372036854775808 does not fit a signed 64-bit"),
+        ("native", [2**63], r"\[0\] = 9223372036854775808 does not fit a signed 64-bit"),
+        ("msgpack", {"k": [-(2**63) - 1]}, r"\['k'\]\[0\] = -9223372036854775809 does not fit"),
+        ("native", {2**63: "v"}, "has a key 9223372036854775808 that does not fit a signed 64-bit"),
+        ("msgpack", {2**63: "v"}, "has a key 9223372036854775808 that does not fit a signed 64-bit"),
+    ],
+)
+def test_flat_entries_are_refused_alike_alone_and_in_batches(
+    store: Store, encoding: str, entry: object, message: str
+) -> None:
+    queue = store.new_queue(encoding=encoding)
+    commands = store.backend.commands
+    with pytest.raises(UnsupportedEntryError, match=message):
+        queue.enqueue(entry)
+    with pytest.raises(UnsupportedEntryError, match=message):
+        queue.enqueue_batch([entry])
+    assert store.backend.commands == commands  # nothing was sent
+    assert queue.info().size == 0
+
+
+def test_a_flat_native_dict_is_sized_alike_alone_and_in_batches() -> None:
+    entry = {f"k{i:03}": "v" for i in range(120)}
+    # stored natively, each str key and value takes up to 2 bytes more than in msgpack: 4 an item here
+    limit = len(msgspec.msgpack.encode(entry)) + 3 * len(entry)
+    with pytest.raises(EntryTooLargeError):
+        check_entries([entry], limit, "native")
+    with pytest.raises(EntryTooLargeError):
+        check_entry(entry, limit, "native")
+    check_entries([entry], limit, "msgpack")  # as msgpack it fits
+    check_entry(entry, limit, "msgpack")
 
 
 @pytest.mark.parametrize("encoding", ["native", "msgpack"])
@@ -306,6 +352,11 @@ def test_missing_queue_and_namespace(store: Store) -> None:
         ({rec.TAIL: None}, "bin 'tail' is missing"),
         ({rec.HEAD: "zero"}, "'head' holds str"),
         ({rec.HEAD: 5, rec.TAIL: 2}, "break 0 <= head <= tail"),
+        (
+            {rec.HEAD: 0, rec.TAIL: 10**9},
+            r"head 0 and tail 1000000000 break .* tail <= head \+",
+        ),  # past capacity
+        ({rec.RECEIPT_KEEP: 0}, "bin 'rcpt_keep' holds 0, not a positive integer"),
         ({rec.FORMAT: 99}, "format version 99"),
         ({rec.FORMAT: None}, "this library did not write it"),  # as a queue of the original code
         ({rec.READY: 0}, "not completely created"),

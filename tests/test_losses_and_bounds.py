@@ -139,3 +139,26 @@ def test_an_entry_exactly_max_age_old_is_not_older_than_max_age(store: Store, re
             assert [m.value for m in got] == ["edge", "next"]
             consumer.ack(got)
         assert queue.group("g").lost == 0
+
+
+def test_a_full_locked_queue_wrapped_by_one_gives_every_entry_in_order(store: Store) -> None:
+    queue = store.new_queue(appends="lock", capacity=12, slots_per_record=3)
+    queue.enqueue_batch(list(range(12)))
+    first = queue.dequeue()
+    assert first is not None and first.offset == 0
+    queue.enqueue(12)  # full again: head 1, tail 13; offset 12 takes offset 0's slot
+    taken = queue.dequeue_batch(12)  # wraps: the head's record, on round to the slot of offset 0
+    assert [(e.offset, e.value) for e in taken] == [(n, n) for n in range(1, 13)]
+
+
+@pytest.mark.parametrize("appends", ["lock", "reserve"])
+def test_a_dequeue_run_again_by_txn_id_past_expired_entries_gives_only_what_it_took(
+    store: Store, appends: str
+) -> None:
+    queue = store.new_queue(appends=appends, capacity=12, slots_per_record=3, max_age=1.0)
+    queue.store_clock.refresh = 0.0
+    queue.enqueue("old")
+    store.advance(1.3)  # "old" is past max_age: dropped, not taken
+    queue.enqueue("new")
+    assert [e.value for e in queue.dequeue_batch(5, txn_id="t")] == ["new"]
+    assert [e.value for e in queue.dequeue_batch(5, txn_id="t")] == ["new"]  # its receipt: "new" only

@@ -162,3 +162,15 @@ def test_a_stream_closes_holes_of_a_queue_made_again_after_that_queues_own_timeo
     dead = hole_after_sleep(0.5)  # this creation's own timeout is past: closed, its publish refused
     with pytest.raises(ReservationClosedError):
         publish(*dead)
+
+
+def test_a_checkpoint_past_the_end_of_the_queue_is_taken_for_another_creation(place: Place) -> None:
+    """A checkpoint that names no creation (a queue of an older format) tells one only by its end."""
+    name = place.name("past")
+    _old(place, name, 2)
+    stream = _source(place, name).streamReader(SCHEMA)
+    with pytest.raises(QueueError, match="was deleted and created again since this stream's checkpoint"):
+        stream.latestOffset({"offset": 7}, ReadAllAvailable())
+    lenient = _source(place, name, failOnDataLoss="false").streamReader(SCHEMA)
+    assert lenient.latestOffset({"offset": 7}, ReadAllAvailable())["offset"] == 2  # from the head: 0..1
+    assert lenient.latestOffset({"offset": 2}, ReadAllAvailable())["offset"] == 2  # at the end: fine

@@ -13,9 +13,11 @@ hand (``Store.clock``), while on Aerospike ``Store.advance`` waits for real.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -165,6 +167,17 @@ def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Store]:
     for name in result.created:
         Queue.delete(backend, name)
     backend.close()
+
+
+@contextlib.contextmanager
+def meanwhile(delay: float, action: Callable[..., object], *args: object) -> Iterator[None]:
+    """Runs ``action(*args)`` on a timer thread ``delay`` seconds in; waits for it on the way out."""
+    timer = threading.Timer(delay, action, args)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
 
 
 class AfterFirstRead(Delegating):

@@ -25,7 +25,7 @@ from large_queue import (
 )
 from large_queue.cluster import Consumer, Message, _groups
 from large_queue.cluster._dead_letters import DeadLetters
-from tests.fix_backends import Place, Store
+from tests.fix_backends import Place, Store, meanwhile
 from tests.fix_consumers import FAST, receive_all
 
 
@@ -235,12 +235,8 @@ def test_a_waiting_dequeue_returns_when_an_entry_is_published(store: Store) -> N
     started = time.monotonic()
     assert queue.dequeue(timeout=0.3) is None
     assert time.monotonic() - started >= 0.3
-    timer = threading.Timer(0.2, queue.enqueue, args=("late",))
-    timer.start()
-    try:
+    with meanwhile(0.2, queue.enqueue, "late"):
         entry = queue.dequeue(timeout=10.0)
-    finally:
-        timer.join()
     assert entry is not None and entry.value == "late"
     with pytest.raises(InvalidArgumentError, match="timeout"):
         queue.dequeue(timeout=-1)

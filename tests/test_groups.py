@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 import uuid
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from large_queue import Queue, errors
 from large_queue.backends import Read, RecordKey, Write, connect
 from large_queue.backends.conditions import Compare, IntBin
 from large_queue.backends.embedded import EmbeddedBackend
-from tests.fix_backends import Place
+from tests.fix_backends import Place, meanwhile
 
 #: whether another connection sees a command of a group before the group ends: Aerospike
 #: has no groups (each command is sent as it comes); the embedded store commits a group whole.
@@ -141,9 +140,7 @@ def test_a_busy_queue_lock_is_waited_for_outside_any_group(tmp_path: Path, appen
     waiting.enqueue("entry")
     holder = Queue.open(connect(url), "busy")
     grant = holder.lock.acquire("holder")
-    releaser = threading.Timer(0.3, holder.lock.release, args=(grant,))
-    releaser.start()
-    entry = waiting.dequeue()
-    releaser.join()
+    with meanwhile(0.3, holder.lock.release, grant):
+        entry = waiting.dequeue()
     assert entry is not None and entry.value == "entry"
     assert waiting.stats().lock_waits >= 1  # it did find the lock busy

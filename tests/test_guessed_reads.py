@@ -7,12 +7,10 @@ one after the other), so that what the queue does with a guess runs on both stor
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from large_queue import Queue
-from tests.fix_backends import Store
+from tests.fix_backends import Store, meanwhile
 
 
 @pytest.fixture
@@ -90,10 +88,6 @@ def test_a_guessing_dequeue_waits_out_a_busy_lock(guessing: Store) -> None:
     queue.enqueue("a")
     other = Queue.open(guessing.backend, queue.name)
     grant = other.lock.acquire("holder")
-    timer = threading.Timer(0.3, other.lock.release, [grant])
-    timer.start()
-    try:
+    with meanwhile(0.3, other.lock.release, grant):
         entry = queue.dequeue(timeout=5)
-    finally:
-        timer.join()
     assert entry is not None and entry.value == "a"

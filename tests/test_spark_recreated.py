@@ -60,15 +60,22 @@ def _old(place: Place, name: str, entries: int) -> Queue:
     return queue
 
 
+def _first_batch(
+    place: Place, base: str, entries: int, fail_on_data_loss: bool
+) -> tuple[str, Queue, Any, dict[str, Any], dict[str, Any]]:
+    """A queue of ``entries``, a stream reader on it, and its first micro-batch's start and end."""
+    name = place.name(base)
+    queue = _old(place, name, entries)
+    stream = _source(place, name, failOnDataLoss=fail_on_data_loss).streamReader(SCHEMA)
+    start = stream.initialOffset()
+    return name, queue, stream, start, stream.latestOffset(start, ReadAllAvailable())
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_a_micro_batch_planned_before_the_queue_was_made_again_never_reads_the_new_entries(
     place: Place, fail_on_data_loss: bool
 ) -> None:
-    name = place.name("planned")
-    _old(place, name, 20)
-    stream = _source(place, name, failOnDataLoss=fail_on_data_loss).streamReader(SCHEMA)
-    start = stream.initialOffset()
-    end = stream.latestOffset(start, ReadAllAvailable())
+    name, _, stream, start, end = _first_batch(place, "planned", 20, fail_on_data_loss)
     planned = stream.partitions(start, end)  # offsets 0..19 of the first creation
     _made_again(place, name, 30)  # before the tasks run
     if fail_on_data_loss:
@@ -87,11 +94,7 @@ def test_a_micro_batch_planned_before_the_queue_was_made_again_never_reads_the_n
 def test_a_micro_batch_whose_end_was_logged_before_the_queue_was_made_again_reads_each_new_entry_once(
     place: Place, fail_on_data_loss: bool
 ) -> None:
-    name = place.name("logged")
-    old = _old(place, name, 10)
-    stream = _source(place, name, failOnDataLoss=fail_on_data_loss).streamReader(SCHEMA)
-    start = stream.initialOffset()
-    end = stream.latestOffset(start, ReadAllAvailable())
+    name, old, stream, start, end = _first_batch(place, "logged", 10, fail_on_data_loss)
     assert len(_rows(stream, stream.partitions(start, end))) == 10
     stream.commit(end)
     old.enqueue_batch(["old10", "old11"])

@@ -7,9 +7,12 @@ one after the other), so that what the queue does with a guess runs on both stor
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from large_queue import Queue
+from large_queue._dequeue import GUESSES_PAUSED_AFTER_A_MISS
 from tests.fix_backends import Store, meanwhile
 
 
@@ -91,3 +94,57 @@ def test_a_guessing_dequeue_waits_out_a_busy_lock(guessing: Store) -> None:
     with meanwhile(0.3, other.lock.release, grant):
         entry = queue.dequeue(timeout=5)
     assert entry is not None and entry.value == "a"
+
+
+def _guesses_sent(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at each guessed read the store is sent."""
+    sent: list[int] = []
+    operate_and_read = store.backend.operate_and_read
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sent.append(1)
+        return operate_and_read(*args, **kwargs)
+
+    monkeypatch.setattr(store.backend, "operate_and_read", counted)
+    return sent
+
+
+def test_after_a_wrong_guess_the_next_16_dequeues_send_none(
+    guessing: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=60, slots_per_record=5)
+    monkeypatch.setattr(queue.quick_takes, "take", lambda *args: None)  # every dequeue holds the lock
+    other = Queue.open(guessing.backend, queue.name)
+    queue.enqueue_batch(list(range(40)))
+    assert _offsets([queue.dequeue()]) == [0]  # its next guess: head 1
+    assert _offsets(other.dequeue_batch(3)) == [1, 2, 3]  # another consumer moved the head to 4
+    sent = _guesses_sent(guessing, monkeypatch)
+    assert _offsets([queue.dequeue()]) == [4]  # its guess of head 1 was wrong: read again under the lock
+    assert len(sent) == 1
+    taken = [queue.dequeue() for _ in range(GUESSES_PAUSED_AFTER_A_MISS)]
+    assert _offsets(taken) == list(range(5, 5 + GUESSES_PAUSED_AFTER_A_MISS))
+    assert len(sent) == 1  # a consumer that shares the queue guesses wrong often: it stops for a while
+    for _ in range(5):  # and guesses again: at the latest past the slots its locked reads read ahead
+        queue.dequeue()
+    assert len(sent) >= 2
+
+
+def test_a_dequeue_that_found_nothing_sends_no_guess_next(
+    guessing: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = guessing.new_queue(appends="reserve", capacity=60, slots_per_record=5)
+    monkeypatch.setattr(queue.quick_takes, "take", lambda *args: None)
+    queue.enqueue("a")
+    assert queue.dequeue() is not None
+    sent = _guesses_sent(guessing, monkeypatch)
+    assert queue.dequeue() is None  # guessed the head's slot: empty
+    assert len(sent) == 1
+    assert queue.dequeue() is None  # an empty queue: no guess until entries come
+    assert len(sent) == 1
+    queue.enqueue("b")
+    entry = queue.dequeue()
+    assert entry is not None and entry.value == "b"
+    assert len(sent) == 1  # the first dequeue after entries came took the lock without a guess
+    queue.enqueue("c")
+    queue.dequeue()
+    assert len(sent) == 2

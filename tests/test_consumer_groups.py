@@ -242,6 +242,40 @@ def test_a_waiting_dequeue_returns_when_an_entry_is_published(store: Store) -> N
         queue.dequeue(timeout=-1)
 
 
+def test_a_long_idle_waiter_sees_an_entry_within_its_backoffs_cap(store: Store) -> None:
+    queue = store.new_queue()
+    assert queue.dequeue(timeout=1.0) is None  # idle for a second: the backoff is at its cap (0.1 s)
+    enqueued: list[float] = []
+
+    def produce() -> None:
+        queue.enqueue("late")
+        enqueued.append(time.monotonic())
+
+    with meanwhile(0.3, produce):
+        entry = queue.dequeue(timeout=10.0)
+        seen = time.monotonic()
+    assert entry is not None and entry.value == "late"
+    assert seen - enqueued[0] < 0.5, seen - enqueued[0]  # not after a pause that kept doubling
+
+
+def test_once_entries_come_a_waiting_dequeue_costs_what_a_plain_one_costs(store: Store) -> None:
+    queue = store.new_queue(appends="reserve", capacity=64, slots_per_record=32)
+    assert queue.dequeue(timeout=0.2) is None  # idle
+    queue.enqueue_batch(list(range(20)))
+    entry = queue.dequeue(timeout=1.0)
+    assert entry is not None and entry.value == 0  # entries came: the idling is over
+    waiting, plain = [], []
+    for _ in range(4):
+        sent = queue.backend.commands
+        assert queue.dequeue(timeout=1.0) is not None
+        waiting.append(queue.backend.commands - sent)
+    for _ in range(4):
+        sent = queue.backend.commands
+        assert queue.dequeue() is not None
+        plain.append(queue.backend.commands - sent)
+    assert waiting == plain, (waiting, plain)  # no read of the metadata record first
+
+
 def test_an_idle_consumer_sends_at_most_20_commands_a_second(store: Store) -> None:
     queue = store.new_queue()
     consumer = _consumer(queue, "g", poll_interval=0.5, time_slice=5.0, timeout=10.0).start()

@@ -426,3 +426,16 @@ def test_a_call_answered_from_its_receipt_is_not_counted_as_enqueued_again(
     assert queue.enqueue_batch([1, 2, 3], txn_id="T") == queue.enqueue_batch([1, 2, 3], txn_id="T")
     stats = queue.stats()
     assert (stats.enqueue_calls, stats.entries_enqueued, stats.repeats_answered) == (1, 3, 1)
+
+
+@pytest.mark.parametrize("hole_timeout", [86400.5, 1e9, math.inf])
+def test_a_hole_timeout_past_a_day_is_refused_by_name_before_anything_is_written(
+    store: Store, hole_timeout: float
+) -> None:
+    name = store.new_queue().name + "-holes"
+    commands = store.backend.commands
+    with pytest.raises(InvalidArgumentError, match="hole_timeout"):
+        Queue.create(store.backend, name, capacity=12, slots_per_record=3, hole_timeout=hole_timeout)
+    assert store.backend.commands == commands  # nothing was sent
+    with pytest.raises(QueueNotFoundError):
+        Queue.open(store.backend, name)

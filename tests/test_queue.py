@@ -216,18 +216,19 @@ def test_a_capacity_beyond_what_a_queue_may_have_is_refused_before_writing(store
         Queue.open(store.backend, "t-huge")
 
 
-class _InterruptedAtRemove(Delegating):
-    """A store whose ``remove`` number ``at`` is interrupted (Ctrl-C) before it is sent."""
+class _InterruptedAt(Delegating):
+    """A store whose call number ``at`` of ``method`` is interrupted (Ctrl-C) before it is sent."""
 
-    def __init__(self, inner: Backend, at: int) -> None:
+    def __init__(self, inner: Backend, method: str, at: int) -> None:
         super().__init__(inner)
-        self.removes = 0
+        self.calls = 0
+        self.method = method
         self.at = at
 
     def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method == "remove":
-            self.removes += 1
-            if self.removes == self.at:
+        if method == self.method:
+            self.calls += 1
+            if self.calls == self.at:
                 raise KeyboardInterrupt
         return super().relay(method, *args, **kwargs)
 
@@ -235,7 +236,7 @@ class _InterruptedAtRemove(Delegating):
 def test_an_interrupted_delete_is_finished_by_the_next(store: Store) -> None:
     queue = store.new_queue(capacity=12, slots_per_record=3)  # 4 buffer records
     queue.enqueue_batch(range(5))
-    interrupted = _InterruptedAtRemove(store.backend, at=3)
+    interrupted = _InterruptedAt(store.backend, "remove", at=3)
     with pytest.raises(KeyboardInterrupt):
         Queue.delete(interrupted, queue.name)  # two buffer records removed, two left
     assert store.backend.get(queue.keys.buffer(3)) is not None
@@ -265,6 +266,17 @@ def test_an_interrupted_create_is_deleted_in_proportion_to_what_it_made(store: S
     assert Queue.delete(store.backend, queue.name)
     assert store.backend.commands - before < 1100
     assert [store.backend.get(queue.keys.buffer(i)) for i in range(3)] == [None] * 3
+
+
+def test_a_create_interrupted_by_ctrl_c_removes_what_it_wrote(store: Store) -> None:
+    name = store.new_queue().name + "-interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        Queue.create(_InterruptedAt(store.backend, "put", at=3), name, capacity=12, slots_per_record=3)
+    keys = rec.QueueKeys(name=name, metadata_namespace="test", buffer_namespace="test")
+    assert store.backend.get(keys.metadata) is None
+    assert [store.backend.get(keys.buffer(i)) for i in range(4)] == [None] * 4
+    Queue.create(store.backend, name, capacity=12, slots_per_record=3)  # the name is free at once
+    assert Queue.delete(store.backend, name)
 
 
 def test_a_failed_create_removes_what_it_wrote(store: Store) -> None:
@@ -298,7 +310,7 @@ def test_a_queue_being_deleted_is_not_checked_or_repaired_and_its_handles_are_to
     queue = store.new_queue(capacity=12, slots_per_record=3)
     queue.enqueue_batch(range(5))
     with pytest.raises(KeyboardInterrupt):
-        Queue.delete(_InterruptedAtRemove(store.backend, at=3), queue.name)  # buffers 0 and 1 gone
+        Queue.delete(_InterruptedAt(store.backend, "remove", at=3), queue.name)  # buffers 0 and 1 gone
     for report in (
         check_queue(store.backend, queue.name),
         check_queue(store.backend, queue.name, repair=True),

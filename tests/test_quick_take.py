@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
-from large_queue import OutcomeUnknownError, Queue, _quick_take
+from large_queue import OutcomeUnknownError, Queue, _quick_take, errors
 from large_queue._read_ahead import READ_AHEAD
+from large_queue.backends._delegating import Delegating
 from large_queue.backends.conditions import IntBin, Param, eq
-from large_queue.backends.faults import FaultInjectingBackend
+from large_queue.backends.faults import Call, FaultInjectingBackend
 from large_queue.errors import GroupsInUseError
 from tests.fix_backends import Store
 
@@ -199,3 +201,44 @@ def test_consumers_that_take_turns_send_no_quick_takes_to_be_refused(store: Stor
     # each handle's first quick take is refused (the other acquired meanwhile); after that each sees
     # that another acquire came between its own, and dequeues under the lock
     assert sum(call.is_quick_take for call in backend.calls) <= 2
+
+
+class QuickTakesTimeOut(Delegating):
+    """Every quick take times out before it is sent (``in_doubt=False``: nothing was applied)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.refused = 0
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "operate" and Call(method, args[0], tuple(args[1])).is_quick_take:
+            self.refused += 1
+            raise errors.BackendTimeoutError("injected: not sent", code=9, in_doubt=False)
+        return super().relay(method, *args, **kwargs)
+
+
+def test_a_quick_take_the_store_did_not_answer_nor_apply_falls_back_to_the_lock(store: Store) -> None:
+    """A quick take the store did not answer, and did not apply: the locked dequeue reads the head."""
+    queue = store.new_queue(appends="reserve", capacity=64, slots_per_record=32)
+    queue.enqueue_batch(list(range(10)))
+    backend = QuickTakesTimeOut(store.backend)
+    faulty = Queue.open(backend, queue.name)
+    assert [e.value for e in faulty.dequeue_batch(1)] == [0]  # under the lock: it reads ahead
+    assert [e.value for e in faulty.dequeue_batch(2)] == [1, 2]  # the quick take fails: under the lock
+    assert backend.refused >= 1
+    assert [e.value for e in faulty.dequeue_batch(10)] == list(range(3, 10))
+
+
+def test_a_consumer_that_caught_up_sends_no_read_ahead_before_its_locked_dequeue(store: Store) -> None:
+    """Only a handle whose last dequeue took all it asked for (behind the producers) reads ahead
+    without the lock first; one that caught up costs what any handle's locked dequeue costs."""
+    queue = store.new_queue(appends="reserve", capacity=64, slots_per_record=32)
+    queue.enqueue("a")
+    assert [e.value for e in queue.dequeue_batch(5)] == ["a"]  # fewer than asked: it caught up
+    fresh = Queue.open(store.backend, queue.name)
+    sent = store.backend.commands
+    assert fresh.dequeue_batch(5) == []  # a handle with nothing kept and no quick take: under the lock
+    locked = store.backend.commands - sent
+    sent = store.backend.commands
+    assert queue.dequeue_batch(5) == []
+    assert store.backend.commands - sent == locked  # no read ahead sent first, for nothing

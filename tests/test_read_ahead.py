@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from large_queue import Queue
+from large_queue import _records as rec
 from large_queue._read_ahead import READ_AHEAD, READ_AHEAD_MOST, ReadAhead
 from large_queue.appends._prefix import ENTRY
+from large_queue.backends import ListSetRange
 from tests.fix_backends import Store
 
 
@@ -98,3 +100,17 @@ def test_a_reader_that_caught_up_with_the_producers_reads_no_further() -> None:
     ahead.keep(16, [[16, "x", 1], [17 - 1000, "an older lap's", 1]], {})
     assert ahead.covering(16, 17) is not None  # all of a run that a slot of no entry ended
     assert ahead.next_read(17, 1, 17, 1000, 10_000) == READ_AHEAD
+
+
+def test_an_owner_never_delivers_stale_slots_it_read_past_the_tail(store: Store) -> None:
+    """A kept run never goes past the tail the reader knows: a stale writer's slots there are not kept."""
+    queue = store.new_queue(appends="lock", encoding="native", capacity=200, slots_per_record=100)
+    queue.enqueue_batch([0, 1, 2])
+    # a stale writer's batch past the tail (offsets 3..5): written under a lock it lost, never committed
+    stale = [[3, "stale3", 0], [4, "stale4", 0], [5, "stale5", 0]]
+    store.backend.operate(queue.keys.buffer(0), [ListSetRange(rec.SLOTS, 3, stale)])
+    with queue.consumer("solo", time_slice=60, timeout=60, poll_interval=30) as consumer:
+        assert [e.value for _ in range(3) for e in consumer.dequeue(1)] == [0, 1, 2]
+        queue.enqueue_batch(["three", "four", "five"])  # overwrites slots 3..5 under the lock, tail 6
+        taken = [e.value for _ in range(3) for e in consumer.dequeue(1)]
+    assert taken == ["three", "four", "five"]

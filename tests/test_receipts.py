@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
-from large_queue import EntriesGoneError, InvalidArgumentError, OutcomeUnknownError, Queue, QueueFullError
+from large_queue import (
+    EntriesGoneError,
+    InvalidArgumentError,
+    OutcomeUnknownError,
+    Queue,
+    QueueFullError,
+    _txn,
+)
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
 from large_queue.backends.faults import FaultInjectingBackend
@@ -396,3 +404,30 @@ def test_two_retries_of_one_closed_reservation_reserve_again_only_once(store: St
     with pytest.raises(Duplicate):
         queue.appender.reserve(1, overwrite=False, receipt=again)
     assert queue.current_metadata().tail == 2  # the first reservation and one reservation anew
+
+
+def test_internal_lock_holder_names_are_unique_per_call() -> None:
+    """Unique per call: no caller's txn_id can name one and take the lock from a live holder."""
+    first, second = _txn.internal("purge"), _txn.internal("purge")
+    assert first != second
+    assert first.startswith("purge/") and first != "purge"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_draws_its_own_default_txn_ids() -> None:
+    """Parent and child, forked with the same counter, never hand out the same default txn id."""
+    _txn.txn_id(None)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next default txn id, then gone
+        try:
+            os.write(write_end, _txn.txn_id(None).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 200).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    mine = _txn.txn_id(None)
+    assert child and child != mine
+    assert child.rsplit("-", 1)[0] != mine.rsplit("-", 1)[0]  # another process id

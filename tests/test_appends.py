@@ -344,3 +344,20 @@ def test_a_timed_out_publish_whose_slot_was_reused_since_is_unknown_not_closed(s
     finally:
         queue.backend.operate = original  # type: ignore[method-assign]
     assert values(queue.dequeue_batch(5)) == ["a", "b", "c"]
+
+
+def test_a_batch_sent_together_that_meets_a_closed_record_says_closed_before_any_other_failure(
+    store: Store,
+) -> None:
+    """Sent together, a closed reservation is raised before any other failure (nothing of the
+    batch may show), and the batch's last slot is tombstoned at once."""
+    if not store.backend.operates_together:
+        pytest.skip("this store sends one command a record, stopping at the first refused")
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    first = queue.appender.reserve(9, overwrite=False)  # offsets 0..8: buffer records 0, 1 and 2
+    assert first == 0
+    queue.appender.close(3, 6)  # a reader closed record 1's part past the hole timeout
+    store.backend.remove(queue.keys.buffer(0))  # and record 0 is missing (damage)
+    with pytest.raises(ReservationClosedError):
+        queue.appender.publish(first, list(range(9)), queue.appender.store_now())
+    assert queue.appender._read_slots(2, [(2, 8)]) == [[8]]  # the batch's last slot: a tombstone now

@@ -849,3 +849,108 @@ def test_a_call_left_counted_by_an_interrupt_does_not_hold_up_the_close(place: P
     assert time.monotonic() - started < 5  # not the minute it waits for calls other threads have under way
     with pytest.raises(errors.BackendUnavailableError):
         backend.get(RecordKey("test", "closing", "k"))
+
+
+class _FailingWrite:
+    """An SQLite connection whose ``nth`` write statement (INSERT/UPDATE/DELETE) fails: ``raising``
+    after it ran, or instead of it."""
+
+    def __init__(self, conn: sqlite3.Connection, nth: int, raising: BaseException, *, ran: bool) -> None:
+        self._conn = conn
+        self.left = nth
+        self.raising = raising
+        self.ran = ran
+        self.armed = False
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if self.armed and sql.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            self.left -= 1
+            if self.left == 0:
+                self.armed = False
+                if self.ran:
+                    self._conn.execute(sql, *args)
+                raise self.raising
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def test_an_interrupt_after_a_commands_write_ran_keeps_none_of_it(tmp_path: Path) -> None:
+    """An interrupt inside a command, before its commit ran, rolls it back: nothing of it is kept."""
+    backend = EmbeddedBackend(tmp_path / "s.db", busy_timeout=2.0)
+    key = RecordKey("test", "probe", "k")
+    conn = backend._connection()
+    failing = _FailingWrite(conn, 1, KeyboardInterrupt(), ran=True)
+    backend._conn = failing  # type: ignore[assignment]
+    failing.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        backend.put(key, {"n": 1})  # its write ran; the interrupt lands before the commit
+    assert not conn.in_transaction
+    other = EmbeddedBackend(tmp_path / "s.db", busy_timeout=2.0)
+    assert other.get(key) is None and backend.get(key) is None
+    other.close()
+    backend.close()
+
+
+def test_a_failure_of_sqlite_inside_a_group_rolls_the_whole_group_back(tmp_path: Path) -> None:
+    """A failure of SQLite itself (a full disk) rolls the whole group back, and is reported.
+
+    An enqueue is a group of a reservation and a publish: the publish failing
+    leaves no reservation (no hole) behind.
+    """
+    backend = EmbeddedBackend(tmp_path / "s.db", busy_timeout=2.0)
+    queue = Queue.create(backend, "q", capacity=10, appends="reserve")
+    queue.enqueue("before")
+    conn = backend._connection()
+    full = sqlite3.OperationalError("database or disk is full")
+    failing = _FailingWrite(conn, 2, full, ran=False)  # the reservation's write, then the publish's
+    backend._conn = failing  # type: ignore[assignment]
+    failing.armed = True
+    with pytest.raises(errors.StoreFileError):
+        queue.enqueue("lost")
+    assert not failing.armed  # the second write did fail
+    backend._conn = conn
+    other = EmbeddedBackend(tmp_path / "s.db", busy_timeout=2.0)
+    info = Queue.open(other, "q").info()
+    assert (info.tail_offset, info.reserved_tail) == (1, 1)  # nothing of the failed enqueue was kept
+    other.close()
+    backend.close()
+
+
+def test_a_file_sqlite_itself_finds_locked_past_busy_timeout_is_busy_not_damaged(tmp_path: Path) -> None:
+    """Writers wait for the file up to ``busy_timeout``, then fail with ``BackendBusyError``:
+    also where the lock is SQLite's own (another program's transaction on the file)."""
+    path = tmp_path / "s.db"
+    backend = EmbeddedBackend(path, busy_timeout=0.3)
+    key = RecordKey("test", "probe", "k")
+    backend.put(key, {"n": 1})
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another program writing the file, past the store's lock
+    try:
+        with pytest.raises(errors.BackendBusyError):
+            backend.put(key, {"n": 2})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    backend.put(key, {"n": 3})
+    assert backend.get(key).bins == {"n": 3}  # type: ignore[union-attr]
+    backend.close()
+
+
+def test_a_write_beside_a_damaged_records_read_is_answered_and_not_in_doubt(store: Store) -> None:
+    """The write's own answer stands beside a read of a damaged record: not a failure, nor in doubt."""
+    written = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    damaged = RecordKey("test", "backend-tests", uuid.uuid4().hex)
+    store.backend.put(written, {"n": 1})
+    store.backend.put(damaged, {"slots": [1], "head": 0})
+    store.damage(damaged)
+    try:
+        bins, seen = store.backend.operate_and_read(
+            written, [Increment("n", 1), Read("n")], (damaged, [Read("head")], None)
+        )
+        assert (bins, seen) == ({"n": 2}, None)
+        assert store.backend.get(written).bins == {"n": 2}  # type: ignore[union-attr]
+    finally:
+        store.backend.remove(written)
+        store.backend.remove(damaged)

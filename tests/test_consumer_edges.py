@@ -20,6 +20,7 @@ from large_queue import (
     QueueNotFoundError,
 )
 from large_queue.cluster import OwnershipEvent, ownership_info
+from large_queue.cluster._dead_letters import DeadLetters
 from large_queue.cluster._ownership import Ownership
 from tests.fix_backends import Store
 from tests.fix_consumers import FAST, receive_all
@@ -340,7 +341,6 @@ def test_a_slow_delete_racing_a_consumers_heartbeats_leaves_none_of_the_groups_r
 
 def test_an_owner_timeout_stated_by_another_instance_is_not_believed(store: Store) -> None:
     from large_queue.backends import Write
-    from large_queue.cluster._ownership import Ownership
 
     queue = store.new_queue(capacity=60)
     with queue.consumer("a", time_slice=60.0, timeout=1.0, poll_interval=0.05) as owner:
@@ -448,3 +448,101 @@ def test_a_consumer_whose_start_fails_leaves_no_node_waiting_for_a_turn(
     assert consumer.ownership.live_interested() == []  # joined, then left again
     with queue.consumer("b", time_slice=60, timeout=60, poll_interval=30) as other:
         assert other.owning
+
+
+def test_an_idle_live_owner_keeps_the_queue_past_many_of_its_timeouts(store: Store) -> None:
+    """An owner with nothing to deliver proves itself alive in time: another node never finds it silent."""
+    queue = store.new_queue(capacity=60)
+    events: list[OwnershipEvent] = []
+    owner = queue.consumer("a", time_slice=600.0, timeout=2.0, poll_interval=0.05).start()
+    try:
+        assert owner.owning
+        with queue.consumer(
+            "b", time_slice=600.0, timeout=2.0, poll_interval=0.05, on_event=events.append
+        ) as other:
+            for _ in range(24):  # 6 s of the store's clock (3 of the owner's timeouts), in small steps
+                store.advance(0.25)
+                time.sleep(0.1)
+            assert owner.owning and not other.owning and events == []
+            assert ownership_info(queue).owner == "a"
+    finally:
+        owner.close()
+
+
+def test_a_message_held_at_the_slice_end_may_still_be_acked_by_its_owner_within_the_grace(
+    store: Store,
+) -> None:
+    """At the slice's end, messages still held get up to half the timeout to be acked before the hand-over."""
+    queue = store.new_queue(capacity=60)
+    owner = queue.consumer("a", time_slice=0.3, timeout=6.0, poll_interval=0.05).start()
+    try:
+        assert owner.owning
+        queue.enqueue("x")
+        held = owner.receive(1, timeout=2.0)
+        assert [m.value for m in held] == ["x"]
+        with queue.consumer("b", time_slice=0.3, timeout=6.0, poll_interval=0.05) as other:
+            time.sleep(1.0)  # the slice is over, and b wants the queue: a's grace (3 s) is not
+            owner.ack(held)  # no OwnershipLostError: a still owns the queue
+            assert other.receive(1, timeout=1.5) == []  # b took it after the ack: nothing redelivered
+            assert other.owning or owner.owning
+    finally:
+        owner.close()
+
+
+def test_ownership_info_counts_acks_from_the_lowest_unacked_offset(store: Store) -> None:
+    """``acked_offset`` is where the unacked entries begin, not the delivery cursor."""
+    queue = store.new_queue(capacity=60)
+    queue.enqueue_batch(["a", "b", "c"])
+    with queue.consumer("solo", time_slice=60.0, timeout=30.0, poll_interval=0.05) as consumer:
+        got = consumer.receive(3, timeout=2.0)
+        assert [m.value for m in got] == ["a", "b", "c"]
+        consumer.ack(got[1:])  # the first stays unacked
+        info = ownership_info(queue)
+        assert (info.delivered_offset, info.acked_offset, info.in_flight) == (3, 0, 1)
+
+
+def test_a_waiting_receive_wakes_when_a_held_deliverys_visibility_timeout_passes(store: Store) -> None:
+    """A receive waiting on an idle queue wakes when a held delivery's visibility timeout passes,
+    not at its next (backed-off) poll."""
+    queue = store.new_queue(capacity=60)
+    queue.enqueue("x")
+    with queue.consumer(
+        "solo",
+        time_slice=60.0,
+        timeout=30.0,
+        poll_interval=0.05,
+        visibility_timeout=3.0,
+        max_poll_interval=5.0,
+    ) as consumer:
+        first = consumer.receive(1, timeout=2.0)
+        assert [m.value for m in first] == ["x"]
+        held_at = time.monotonic()
+        assert consumer.receive(1, timeout=2.5) == []  # held: the idle backoff grows past a second
+        again = consumer.receive(1, timeout=5.0)
+        came = time.monotonic() - held_at
+        assert [(m.value, m.delivery_count) for m in again] == [("x", 2)]
+        assert came < 3.0 + 1.0, came  # about when its visibility timeout passed, not a poll later
+
+
+def test_a_dead_letter_reservation_a_reader_closed_is_not_counted_as_published(store: Store) -> None:
+    """``publish`` is False if its reservation was closed (the owner then reserves again), True
+    where the slot holds the letter (published already, by an owner that died)."""
+    source = store.new_queue(capacity=12)
+    target = store.new_queue(capacity=12)
+    dead = DeadLetters(source, "g", target, max_deliveries=2)
+    letter = dead.letter(3, "v", 0, 2, "boom")
+    closed = dead.reserve()
+    target.appender.close(closed, closed + 1)  # a reader closed it past the hole timeout (a tombstone)
+    assert dead.publish(closed, letter) is False
+    at = dead.reserve()
+    assert dead.publish(at, letter) is True
+    assert dead.publish(at, letter) is True  # published already (a dead owner's attempt): the slot holds it
+    assert [e.value["offset"] for e in target.dequeue_batch(5)] == [3]
+
+
+def test_a_queue_cannot_be_its_own_dead_letter_queue(store: Store) -> None:
+    """A queue cannot be its own dead-letter queue: its letters would be consumed again."""
+    queue = store.new_queue(capacity=12)
+    queue.create_group("g")
+    with pytest.raises(InvalidArgumentError, match="its own dead-letter queue"):
+        queue.consumer("n", group="g", max_deliveries=3, dead_letter=queue)

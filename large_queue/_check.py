@@ -168,8 +168,9 @@ def _passed(report: CheckReport, offsets: list[int], head_now: Callable[[], int]
     passed = [offset for offset in offsets if offset < now]
     if passed:
         report.notes.append(
-            f"{len(passed)} offsets were overwritten while they were checked (producers appending with"
-            f" overwrite_if_full moved the head from {head} to {now}): dropped as the queue promises"
+            f"{len(passed)} offsets were overwritten while they were checked: the head moved from {head} to"
+            f" {now} meanwhile (entries dequeued, or dropped by producers appending with overwrite_if_full),"
+            " and later entries took their slots"
         )
     return [offset for offset in offsets if offset >= now]
 

@@ -193,10 +193,8 @@ def _instant(value: datetime.datetime | None) -> str | None:
         return None
     try:
         return value.astimezone(datetime.timezone.utc).isoformat()
-    except (
-        OverflowError,
-        ValueError,
-    ):  # within a day of either end: Python's local-time search steps past it
+    # within a day of either end of the range, Python's search for the local offset steps past it
+    except (OverflowError, ValueError):
         neighbour = value + _NEIGHBOUR if value.year == 1 else value - _NEIGHBOUR
         offset = neighbour.astimezone().utcoffset() or datetime.timedelta()
     try:

@@ -185,8 +185,14 @@ def check_encoding(encoding: object) -> str:
     return str(encoding)
 
 
-def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATIVE) -> list[Any]:
-    """Validate every entry (type and size); return them as ``encoding`` stores them."""
+def check_entries(
+    entries: Iterable[Any], limit_bytes: int, encoding: str = NATIVE, *, alone: bool = False
+) -> list[Any]:
+    """Validate every entry (type and size); return them as ``encoding`` stores them.
+
+    A refusal names the entry by its index in ``entries`` (``entry 3``), or
+    as ``the entry`` when it was sent ``alone``.
+    """
     if isinstance(entries, (str, bytes, bytearray, dict)) or not isinstance(entries, Iterable):
         raise errors.InvalidArgumentError(
             f"entries must be an iterable of entries (a list, say), got {type(entries).__name__}:"
@@ -209,12 +215,17 @@ def check_entries(entries: Iterable[Any], limit_bytes: int, encoding: str = NATI
                 entry = pack(entry)
         except _Refused as refused:
             path = "".join(reversed(refused.path))
-            raise errors.UnsupportedEntryError(f"entry {index}{path} {refused.problem}") from None
+            raise errors.UnsupportedEntryError(f"{_named(index, alone)}{path} {refused.problem}") from None
         except (TypeError, OverflowError, UnicodeEncodeError) as exc:  # a lone surrogate: not UTF-8
-            raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
+            raise errors.UnsupportedEntryError(f"{_named(index, alone)} cannot be stored: {exc}") from None
         checked.append(entry)
-    _check_sizes(checked, limit_bytes, native=cuts_nul)
+    _check_sizes(checked, limit_bytes, native=cuts_nul, alone=alone)
     return checked
+
+
+def _named(index: int, alone: bool) -> str:
+    """How a refusal names entry ``index``: by its index in a batch, or as the one entry sent."""
+    return "the entry" if alone else f"entry {index}"
 
 
 def check_entry(entry: Any, limit_bytes: int, encoding: str = NATIVE) -> Any:
@@ -232,7 +243,7 @@ def check_entry(entry: Any, limit_bytes: int, encoding: str = NATIVE) -> Any:
                 return stored
         except (UnicodeEncodeError, TypeError, OverflowError):
             pass  # refused below, with the message a batch gives
-    return check_entries([entry], limit_bytes, encoding)[0]
+    return check_entries([entry], limit_bytes, encoding, alone=True)[0]
 
 
 #: the most a bytes value's msgpack header adds to it (what a slot holds of a msgpack entry)
@@ -253,7 +264,7 @@ def _flat_and_plain(entry: dict[Any, Any]) -> bool:
     return True
 
 
-def _check_sizes(checked: list[Any], limit_bytes: int, *, native: bool = False) -> None:
+def _check_sizes(checked: list[Any], limit_bytes: int, *, native: bool = False, alone: bool = False) -> None:
     """``EntryTooLargeError`` for the first entry whose encoding exceeds ``limit_bytes``.
 
     A list encodes as a short header and its items, so a run of entries
@@ -287,14 +298,14 @@ def _check_sizes(checked: list[Any], limit_bytes: int, *, native: bool = False) 
                 size = len(_ENCODER.encode(checked[index])) + more[index]
                 if size > limit_bytes:
                     raise errors.EntryTooLargeError(
-                        f"entry {index} is {size} bytes as stored; this queue's slots hold at most"
+                        f"{_named(index, alone)} is {size} bytes as stored; this queue's slots hold at most"
                         f" {limit_bytes} bytes (lower slots_per_record or raise the record size limit)",
                         size=size,
                         limit=limit_bytes,
                     )
     except (UnicodeEncodeError, TypeError, OverflowError) as exc:  # a lone surrogate: not UTF-8
         index = _first_unencodable(checked)
-        raise errors.UnsupportedEntryError(f"entry {index} cannot be stored: {exc}") from None
+        raise errors.UnsupportedEntryError(f"{_named(index, alone)} cannot be stored: {exc}") from None
 
 
 def _native_extra(value: Any) -> int:

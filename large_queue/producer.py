@@ -64,11 +64,22 @@ thread. A send that races ``close`` either gets a future that resolves or
 raises ``InvalidArgumentError``, as a send after ``close`` does.
 Futures' callbacks run in the producer's thread (one added to a future
 already resolved runs at once, in the caller's): they must not block, nor
-send to a full producer, flush it or close it; one that raises is logged
-(logger ``large_queue``) and the others still run. An entry is written as it is
-when its batch goes, so do not change it after sending it. Close the
-producer (or use it as a context manager): if the program's main thread
-ends first, the producer writes what was sent, then refuses any further send.
+send to a full producer, flush it or close it; one that raises (even
+``sys.exit``) is logged (logger ``large_queue``) and the others still run.
+An entry is written as it is when its batch goes, so do not change it after
+sending it.
+
+Close the producer (or use it as a context manager). One left open lives,
+with its thread, until the program ends (its thread holds it, so it is not
+garbage-collected); the program ends when the main thread has ended and no
+other thread the interpreter waits for is left to send. The producer then
+writes what was sent at once, whatever its linger (a warning in the log
+says so, since the exit waits for it), logs an error for a batch that
+fails then (no one is left to look at its futures), and refuses any
+further send, saying why. In a process forked from the producer's, the
+producer and the futures it had not resolved at the fork raise
+``InvalidArgumentError``: its thread, and what it was sending, stayed in
+the parent.
 """
 
 from __future__ import annotations
@@ -106,6 +117,19 @@ _RESOLVING = threading.Lock()
 _IDLE_CHECK_SECONDS = 0.25
 #: an alarm no number of waiting entries reaches
 _NEVER = float("inf")
+
+
+def _timeout(timeout: float | None) -> float | None:
+    """A wait's ``timeout``: None (no limit) or seconds >= 0, else ``InvalidArgumentError``."""
+    return None if timeout is None else seconds("timeout", timeout, zero=True, most=_LONGEST_WAIT)
+
+
+#: the longest timeout a wait takes (seconds): a year
+_LONGEST_WAIT = 365 * 86400.0
+
+
+class _ProducerThread(threading.Thread):
+    """A producer's thread: the program's end does not wait for it to stop sending (``_program_ended``)."""
 
 
 class _Batch:
@@ -162,9 +186,16 @@ class OffsetFuture:
         return batch.offsets[self._index]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The error that failed the entry's batch, or None; ``TimeoutError`` after ``timeout`` seconds."""
+        """The error that failed the entry's batch, or None; ``TimeoutError`` after ``timeout`` seconds.
+
+        ``InvalidArgumentError`` in a process forked before the batch was
+        resolved: its outcome is known in the producer's process only.
+        """
+        timeout = _timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         batch = self._batch
+        if batch is None or not batch.resolved.is_set():
+            self._producer._check_process("the outcome of an entry it sent")
         if batch is None:
             producer = self._producer
             with producer._taking:
@@ -179,6 +210,8 @@ class OffsetFuture:
     def add_done_callback(self, callback: Callable[[OffsetFuture], object]) -> None:
         """Call ``callback(future)`` when the entry's batch is resolved (at once if it is)."""
         call = lambda: callback(self)  # noqa: E731 -- the producer thread calls it
+        if not self.done():
+            self._producer._check_process("the outcome of an entry it sent")
         with self._producer._lock:
             if self._batch is None:  # not taken yet: the producer thread moves it to the batch
                 self._callbacks = [*(self._callbacks or ()), call]
@@ -237,7 +270,8 @@ class Producer:
         self._sending: _Batch | None = None  # the batch the producer thread appends now
         self._why = ""  # why it closed, if its thread failed
         self._pid = os.getpid()  # its thread lives in this process only: a forked child has none
-        self._thread = threading.Thread(target=self._run, name=f"large_queue producer {queue.name}")
+        self._exiting = False  # closed by the program's end (see _program_ended)
+        self._thread = _ProducerThread(target=self._run, name=f"large_queue producer {queue.name}")
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -289,7 +323,7 @@ class Producer:
                 # Every entry still waiting is a late one whose sender raises, as this one does. One
                 # call clears them all: a loop over the deque would meet other late senders' appends.
                 self._intake.clear()
-                raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more")
+                raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more{self._why}")
             self._alarm = _NEVER
             self._work.notify()
 
@@ -298,6 +332,7 @@ class Producer:
 
         True when they all are; False if ``timeout`` seconds passed first.
         """
+        timeout = _timeout(timeout)
         if os.getpid() != self._pid:
             raise self._forked()
         with self._lock:
@@ -316,12 +351,21 @@ class Producer:
         forked from the one that made the producer, False at once: its
         thread, and whatever it was sending, stayed in the parent.
         """
+        timeout = _timeout(timeout)
         if os.getpid() != self._pid:
             return False
         with self._lock:
             self._close()
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def _check_process(self, what: str) -> None:
+        """Raise :meth:`_forked`'s error in a process forked from the producer's: ``what`` it cannot give."""
+        if os.getpid() != self._pid:
+            raise errors.InvalidArgumentError(
+                f"{self!r} was made in process {self._pid}, not in this one ({os.getpid()}): {what} is"
+                " known in that process only (its thread does not survive a fork)"
+            )
 
     def _forked(self) -> errors.InvalidArgumentError:
         """The error for a producer used in a process forked from the one that made it.
@@ -356,6 +400,7 @@ class Producer:
             f"{self!r} stopped: its thread failed ({type(cause).__name__}: {cause}); entries not yet"
             " resolved were not appended"
         )
+        error.__cause__ = cause
         with self._lock:
             self._closed = self._stopped = True
             self._why = f" (its thread failed: {type(cause).__name__}: {cause})"
@@ -381,11 +426,19 @@ class Producer:
             for condition in (self._taking, self._room, self._done, self._work):
                 condition.notify_all()
         for batch in failed:  # their futures' callbacks, as for any failed batch
-            for callback in batch.callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("a callback of %r raised", self)
+            self._call_back(batch)
+
+    def _call_back(self, batch: _Batch) -> None:
+        """Run a resolved batch's callbacks; one that raises anything (``sys.exit`` too) is logged.
+
+        As concurrent.futures does for ``Exception``: the producer thread,
+        and the other callbacks, must go on.
+        """
+        for callback in batch.callbacks:
+            try:
+                callback()
+            except BaseException:
+                log.exception("a callback of %r raised", self)
 
     def _next_batch(self) -> tuple[_Batch, list[Any]] | None:
         """The next batch and its entries, when due; None when the producer is closed and nothing waits.
@@ -402,22 +455,50 @@ class Producer:
                 if waiting:
                     if waiting >= self.max_batch or self._closed or self._flush_upto > self._taken:
                         break
+                    if self._program_ended():
+                        continue  # closed now: what waits goes at once
                     self._alarm = self.max_batch
                     wait = self._first_at + self.linger - time.monotonic()
                     if wait <= 0 or len(intake) >= self.max_batch:
                         break
+                    wait = min(wait, _IDLE_CHECK_SECONDS)  # a long linger must not hold the program's end
                 elif self._closed:
                     self._stopped = True
                     self._done.notify_all()  # flushers counting late entries stop waiting
                     return None
-                elif not threading.main_thread().is_alive():
-                    self._close()
+                elif self._program_ended():
                     continue
                 else:
                     wait = _IDLE_CHECK_SECONDS
                 self._work.wait(wait)
             self._alarm = _NEVER
             return self._take(min(len(intake), self.max_batch))
+
+    def _program_ended(self) -> bool:
+        """(holding the lock) Close the producer if the program is ending; True if it did.
+
+        The program ends when its main thread has ended and no other thread
+        that could still send is alive (daemon threads, and producers'
+        own, do not count: the interpreter does not wait for the first, and
+        the others wait for this). Entries still waiting are then written at
+        once, and said so in the log, since the exit waits for them.
+        """
+        main = threading.main_thread()
+        if main.is_alive():
+            return False
+        for thread in threading.enumerate():
+            if thread is not main and not thread.daemon and not isinstance(thread, _ProducerThread):
+                return False  # a thread the program's end waits for, which may send
+        self._exiting = True
+        self._why = " (the program's main thread ended and no other thread could send: it closed itself)"
+        if self._intake:
+            log.warning(
+                "%r was not closed and the program is ending: writing the %d entries sent to it first",
+                self,
+                len(self._intake),
+            )
+        self._close()
+        return True
 
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
@@ -441,15 +522,19 @@ class Producer:
         outcome = self._enqueue(values)
         if isinstance(outcome, BaseException):
             batch.fail(outcome)
+            if self._exiting:  # no one is left to look at its futures
+                log.error(
+                    "%r could not write %d entries sent before the program ended: %s: %s",
+                    self,
+                    len(values),
+                    type(outcome).__name__,
+                    outcome,
+                )
         else:
             batch.offsets = outcome
         with _RESOLVING:
             batch.resolved.set()
-        for callback in batch.callbacks:
-            try:
-                callback()
-            except Exception:  # as concurrent.futures does: the producer thread must go on
-                log.exception("a callback of %r raised", self)
+        self._call_back(batch)
         with self._lock:
             self._resolved += len(values)
             self._room.notify_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -583,3 +584,160 @@ def test_a_producer_used_in_a_forked_child_refuses_instead_of_never_resolving(st
         assert status == 0
         assert producer.send("parent again").result(timeout=5) == 1  # the parent's goes on
     assert queue.info().size == 2
+
+
+def _run_program(program: str) -> tuple[float, str]:
+    """Run ``program`` in a new interpreter: seconds it took, and its stderr (it must exit 0)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return time.monotonic() - started, done.stderr
+
+
+def test_a_producer_left_open_writes_at_once_when_the_program_ends_whatever_its_linger(place: Place) -> None:
+    name = place.name("left-lingering")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    opened = _run_program(f"import large_queue\nlarge_queue.Queue.open({place.url!r}, {name!r})\n")[0]
+    took, said = _run_program(
+        "import large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "queue.producer(linger=60).send('left open')\n"
+    )
+    assert took < opened + 5  # not the linger's 60 s
+    assert "was not closed and the program is ending: writing the 1 entries" in said
+    assert [entry.value for entry in drain(Queue.open(place.connect(), name))] == ["left open"]
+
+
+def test_a_batch_that_fails_as_the_program_ends_is_logged(place: Place) -> None:
+    name = place.name("left-full")
+    queue = Queue.create(place.connect(), name, capacity=3, slots_per_record=3, appends="reserve")
+    queue.enqueue_batch([1, 2, 3])
+    _, said = _run_program(
+        "import large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "queue.producer(linger=0.05).send('no room')\n"
+    )
+    assert "could not write 1 entries sent before the program ended: QueueFullError" in said
+    assert [entry.value for entry in drain(queue)] == [1, 2, 3]
+
+
+def test_threads_that_outlive_the_main_thread_can_still_send(place: Place) -> None:
+    """The program has not ended while a thread it waits for may send: producers stay open for it."""
+    name = place.name("outlived")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    _run_program(
+        "import threading, time, large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "early = queue.producer(linger=0.01)\n"
+        "def work():\n"
+        "    time.sleep(1.0)  # the main thread has ended, and its producer's thread looked\n"
+        "    assert early.send('early').result(timeout=10) == 0\n"
+        "    with queue.producer(linger=0.01) as late:\n"
+        "        assert late.send('late').result(timeout=10) == 1\n"
+        "    print('sent')\n"
+        "threading.Thread(target=work).start()\n"
+    )
+    assert [entry.value for entry in drain(Queue.open(place.connect(), name))] == ["early", "late"]
+
+
+def test_a_producer_closed_by_the_programs_end_says_why_it_refuses(place: Place) -> None:
+    """An exit handler runs once the threads the program waits for have ended: the producer has closed."""
+    name = place.name("ended")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import atexit, large_queue\n"
+            f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+            "producer = queue.producer(linger=0.01)\n"
+            "def late():\n"
+            "    try:\n"
+            "        producer.send('late')\n"
+            "    except large_queue.InvalidArgumentError as exc:\n"
+            "        print(exc)\n"
+            "atexit.register(late)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "is closed: it sends nothing more (the program's main thread ended" in done.stdout
+    assert Queue.open(place.connect(), name).info().size == 0
+
+
+def test_a_callback_that_calls_sys_exit_is_logged_and_the_others_run(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    ran: list[int] = []
+    with queue.producer(linger=NEVER) as producer:
+        futures = [producer.send(value) for value in range(3)]
+        futures[0].add_done_callback(lambda done: sys.exit("from a callback"))
+        futures[1].add_done_callback(lambda done: ran.append(done.result()))
+        futures[2].add_done_callback(lambda done: ran.append(done.result()))
+        assert producer.flush(timeout=10) is True
+        last = producer.send(3)
+        assert producer.flush(timeout=10) is True
+        assert last.result(timeout=0) == 3  # the producer goes on
+    assert ran == [1, 2]
+    assert "a callback of" in caplog.text and "SystemExit: from a callback" in caplog.text
+
+
+@pytest.mark.parametrize("timeout", [-1, "1", math.nan, math.inf, True])
+def test_bad_timeouts_are_refused_before_anything_changes(store: Store, timeout: Any) -> None:
+    queue = store.new_queue()
+    with queue.producer(linger=NEVER) as producer:
+        future = producer.send("a")
+        for call in (producer.flush, producer.close, future.result, future.exception):
+            with pytest.raises(InvalidArgumentError, match="timeout must be a number of seconds"):
+                call(timeout)
+        assert not future.done()  # neither flushed nor closed
+        second = producer.send("b")
+        assert producer.flush(timeout=10) is True
+    assert future.result(timeout=0) == 0 and second.result(timeout=0) == 1
+
+
+def test_an_entry_sent_alone_is_named_as_the_entry_when_refused(store: Store) -> None:
+    queue = store.new_queue(encoding="native")
+    with queue.producer() as producer, pytest.raises(UnsupportedEntryError, match=r"^the entry is a tuple"):
+        producer.send((1, 2))
+    with pytest.raises(UnsupportedEntryError, match=r"^the entry\['k'\] is a str holding a NUL"):
+        queue.enqueue({"k": "a\x00"})
+    with pytest.raises(EntryTooLargeError, match=r"^the entry is \d+ bytes as stored"):
+        queue.enqueue("x" * queue.max_entry_bytes)
+    with pytest.raises(UnsupportedEntryError, match=r"^entry 1 is a tuple"):
+        queue.enqueue_batch(["fine", (1, 2)])
+
+
+def test_futures_left_unresolved_by_a_fork_refuse_in_the_child(store: Store) -> None:
+    queue = store.new_queue()
+    with queue.producer(linger=NEVER) as producer:
+        resolved = producer.send("before")
+        assert producer.flush(timeout=10) is True
+        waiting = producer.send("at the fork")
+        reading, writing = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: the producer's thread, and what it sends, stayed in the parent
+            said = [str(resolved.result(timeout=1))]
+            for call in (
+                lambda: waiting.result(timeout=1),
+                lambda: waiting.exception(),
+                lambda: waiting.add_done_callback(print),
+            ):
+                try:
+                    call()
+                    said.append("answered")
+                except InvalidArgumentError as exc:
+                    said.append("refused" if "known in that process only" in str(exc) else str(exc))
+                except BaseException as exc:
+                    said.append(repr(exc))
+            os.write(writing, ",".join(said).encode())
+            os._exit(0)
+        os.close(writing)
+        _, status = os.waitpid(child, 0)
+        with os.fdopen(reading) as answer:
+            assert answer.read() == "0,refused,refused,refused"
+        assert status == 0
+    assert waiting.result(timeout=0) == 1  # the parent's resolved

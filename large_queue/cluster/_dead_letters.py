@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import check_entries
+from large_queue._entries import check_entry
 from large_queue.queue import Queue
 
 
@@ -66,7 +66,7 @@ class DeadLetters:
             "enqueued_at_ms": enqueued_at_ms,
             "value": value,
         }
-        return check_entries([letter], self.target.max_entry_bytes, self.target.encoding)[0]
+        return check_entry(letter, self.target.max_entry_bytes, self.target.encoding)
 
     def reserve(self) -> int:
         """Take one offset in the dead-letter queue (``QueueFullError`` if it is full)."""

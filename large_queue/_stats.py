@@ -29,10 +29,12 @@ class QueueStats:
     locks_lost: int = 0  #: operations ended with LockLostError: nothing of them became visible
     outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
-    entries_overwritten: int = 0  #: entries its overwriting appends dropped, or it found overwritten
+    #: entries its overwriting appends dropped (a dequeue under way may still deliver some of
+    #: those it had read), or it found overwritten
+    entries_overwritten: int = 0
     entries_expired: int = 0  #: entries dropped from the head for being older than the queue's max_age
     entries_purged: int = 0  #: entries this handle's purges dropped
-    reservations: int = 0  #: offsets ranges reserved by appends without the lock (format 3)
+    reservations: int = 0  #: offsets ranges reserved by appends without the lock (formats 3 and 4)
     holes_closed: int = 0  #: unpublished reservations this handle closed after the hole timeout
     reservations_closed: int = 0  #: appends refused because a reader had closed their reservation
     repeats_answered: int = 0  #: calls whose txn id had a receipt: answered from it, nothing done twice

@@ -1,11 +1,18 @@
 """The queue: a circular buffer over one metadata record and many buffer records.
 
-Enqueue and dequeue take the queue lock (one command that also reads head,
-tail and a fencing token), touch each buffer record they need once (one
-``operate`` with several list operations, guarded by fencing), and publish
-the new head/tail in one guarded commit that also releases the lock. A batch
-shares the lock and the commit, so a batch of n entries costs
-``2 + buffer records touched`` round trips. Offset reads take no lock.
+Producers append in one of two ways, chosen when the queue is made. By
+default (``appends="reserve"``, :mod:`large_queue.appends`) they take no
+lock: one command on the metadata record reserves the offsets, then one
+command per buffer record publishes the entries into their slots, guarded
+by the slots themselves, so a batch of n entries costs ``1 + buffer records
+touched`` round trips. With ``appends="lock"`` (the reference protocol) an
+enqueue takes the queue lock (one command that also reads head, tail and a
+fencing token), touches each buffer record it needs once (one ``operate``
+with several list operations, guarded by fencing), and publishes the new
+tail in one guarded commit that also releases the lock: ``2 + buffer records
+touched``. A dequeue takes the lock in the same way, unless what it read
+ahead lets it take its entries with one command and no lock
+(:mod:`large_queue._quick_take`). Offset reads take no lock.
 
 Dequeued slots are erased, but never by the dequeue that delivers them:
 a dequeuer whose lock is broken while it is paused would otherwise erase an
@@ -595,7 +602,8 @@ class Queue:
     def create_group(self, name: str) -> bool:
         """Create consumer group ``name`` at the head (it sees every entry still queued); False if it exists.
 
-        From then on the queue refuses destructive dequeues. 5 round trips under the queue lock.
+        From then on the queue refuses destructive dequeues. 5 round trips under the queue lock (6 for
+        the queue's first group, which also reads the ungrouped owner record).
         """
         from large_queue.cluster import _groups
 

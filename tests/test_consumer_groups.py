@@ -506,3 +506,27 @@ def test_a_group_behind_the_head_lags_by_what_is_still_queued(store: Store) -> N
     queue.enqueue_batch([0, 1, 2, 3])
     queue.enqueue_batch([4, 5], overwrite_if_full=True)  # 0 and 1 dropped: head 2, tail 6
     assert queue.group("g").lag == 4  # 2..5, not the 2 entries gone
+
+
+def test_a_long_nack_error_is_kept_to_1000_characters_in_the_letter(store: Store) -> None:
+    queue = store.new_queue()
+    dead = store.new_queue(capacity=6, slots_per_record=3)
+    queue.enqueue("poison")
+    with _consumer(queue, "g", max_deliveries=1, dead_letter=dead) as consumer:
+        (message,) = consumer.receive(1, timeout=2.0)
+        message.nack(error="".join(str(n % 10) for n in range(5000)))
+        assert consumer.receive(1, timeout=0.3) == []  # its next delivery is the move
+    letter = dead.dequeue()
+    assert letter is not None
+    kept = letter.value["last_error"]
+    assert len(kept) == 1000 and kept.endswith("…") and kept[:999] == "0123456789" * 99 + "012345678"
+
+
+def test_a_queues_first_group_costs_one_round_trip_more_than_the_next(store: Store) -> None:
+    queue = store.new_queue()
+    costs = []
+    for name in ("first", "second"):
+        before = store.backend.commands
+        assert queue.create_group(name) is True
+        costs.append(store.backend.commands - before)
+    assert costs == [6, 5]  # the first also reads the ungrouped owner record

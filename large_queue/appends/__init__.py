@@ -237,10 +237,14 @@ _READ_HEAD_BEFORE = Evaluate(_HEAD_BEFORE, IntBin(rec.HEAD))
 def dropped(counters: Counters, queue_name: str, old_head: int, new_head: int) -> None:
     """Count and log the entries an overwriting append dropped: offsets ``old_head..new_head-1``.
 
-    They were never dequeued: the append moved the head past them to make
+    They were not dequeued when the append moved the head past them to make
     room (``overwrite_if_full``). Consumers that meet the loss count it
     again as theirs (a group's ``lost``); a plain queue's only record of it
-    is this count (``entries_overwritten``) and the log line (INFO).
+    is this count (``entries_overwritten``) and the log line (INFO). A
+    dequeue under way at that moment, which had read some of them before
+    their slots were written again, still delivers those (its commit never
+    moves the head back): they are then both delivered and counted here,
+    never delivered twice.
     """
     if new_head <= old_head:
         return

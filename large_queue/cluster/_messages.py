@@ -26,7 +26,10 @@ class Message:
 
     @property
     def redelivered(self) -> bool:
-        """True if an earlier owner delivered this entry and it was never acked."""
+        """True if this entry was delivered before and not acked (``delivery_count > 1``).
+
+        By an earlier owner, or by this one before a nack or a visibility timeout.
+        """
         return self.delivery_count > 1
 
     def ack(self) -> None:

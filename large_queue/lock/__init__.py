@@ -24,7 +24,7 @@ A holder that needs longer than the TTL calls :meth:`QueueLock.renew`, which
 rewrites the record (restarting the server-side clock) only while it still
 holds the lock.
 
-In a queue whose producers append without the lock (format 3,
+In a queue whose producers append without the lock (formats 3 and 4,
 :mod:`large_queue.appends`), every reservation writes the metadata record, so
 "time since the last write" says nothing about the holder. There the acquire
 and every renewal store the store's own clock in ``lock_at`` (computed by the
@@ -533,7 +533,7 @@ class QueueLock:
         """Publish new head/tail and release, in one write, only if still held.
 
         ``erased_below`` records how far dequeued slots have been erased;
-        ``published`` how far the holder found every offset settled (format 3);
+        ``published`` how far the holder found every offset settled (formats 3 and 4);
         ``groups`` the queue's consumer groups from now on; ``receipt`` the
         txn's receipt (:mod:`large_queue._receipts`), written by the same command.
         ``known`` is attached to an ``OutcomeUnknownError`` if the outcome
@@ -548,7 +548,7 @@ class QueueLock:
             or (groups is not None and tuple(groups) != grant.groups)
         )
         if head is not None and head != grant.head:
-            # an overwriting producer may have moved the head past ours meanwhile (format 3)
+            # an overwriting producer may have moved the head past ours meanwhile (formats 3 and 4)
             operations.append(
                 Compute(HEAD, _HEAD_AT_LEAST, {"head": head}) if self.stamped else Write(HEAD, head)
             )

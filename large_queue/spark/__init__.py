@@ -10,13 +10,17 @@ Install with ``pip install 'large-queue[spark]'`` and register once per session:
 Options (case-insensitive): ``url`` (as :func:`large_queue.connect`; default
 ``LARGE_QUEUE_URL`` or the embedded store), ``namespace``, ``queue``
 (required, or the path of ``load()`` / ``save()``), ``startingOffsets`` / ``endingOffsets`` (``earliest``,
-``latest`` or an offset), ``minPartitions``, ``recordsPerPartition``,
+``latest`` or an offset), ``startingTimestamp`` (ms since the epoch: the first entry enqueued
+then or later), ``minPartitions``, ``recordsPerPartition``,
 ``valueFormat`` (``json`` | ``binary``; writes decode a string value column as JSON and bytes as
 msgpack by default, and ``text`` keeps a string), ``failOnDataLoss`` (default true),
-``maxOffsetsPerTrigger`` (streaming), and for writing ``batchSize``,
-``createIfMissing``, ``capacity``, ``slotsPerRecord``, ``entryEncoding``
-(``msgpack`` | ``native`` | ``json``, for a queue that ``createIfMissing``
-creates; ``msgpack`` unless told).
+``maxOffsetsPerTrigger`` and ``group`` (streaming: read as that consumer group, whose cursor
+moves as Spark commits micro-batches), and for writing ``batchSize``, ``idempotent``
+(a task run again enqueues nothing twice, within the limits the README states), ``createIfMissing``,
+``capacity``, ``slotsPerRecord``, ``entryEncoding`` (``msgpack`` | ``native`` | ``json``)
+and ``appends`` (``reserve`` | ``lock``), the last four for a queue that
+``createIfMissing`` creates (``msgpack`` and ``reserve`` unless told). The README's Spark
+section says what each does.
 
 A queue created with ``encoding="json"`` stores each entry's JSON text,
 which becomes a ``json`` value column as it is; one created with

@@ -39,6 +39,20 @@ but a batch whose reservation a reader closed (``ReservationClosedError``:
 nothing of it is visible, and appending it again takes new offsets): it is
 sent again, at most :data:`RESERVATION_ATTEMPTS` times in all.
 
+An idempotent producer (``idempotent=True``, as Kafka's) gives each batch a
+txn id of its own (see ``enqueue_batch``'s ``txn_id`` and the README's
+Receipts) and also sends a batch again, with that id, when it times out or
+ends in doubt, up to :data:`IN_DOUBT_ATTEMPTS` times in all: the queue's
+receipt of an attempt that was applied answers the next with its offsets,
+so a reply lost on the way is not a duplicate. A batch that still fails in
+doubt fails its futures, and ``queue.outcome(future.txn_id)`` tells later
+whether it is in the queue. Each batch then costs what a call with a txn id
+costs (its receipt is written by the same reservation; see the bench's
+"calls with a txn id"). The queue's receipt log must still hold a batch's
+receipt when the batch is sent again (within about a second) and when its
+outcome is asked: size the queue's ``receipts`` for the batches that every
+producer and caller with txn ids sends in that time.
+
 The failure story, as a timeline (a queue of capacity 1,000 holding 990)::
 
     t=0.000  threads A and B send 8 entries each; each gets its futures.
@@ -88,6 +102,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -104,6 +119,8 @@ log = logging.getLogger("large_queue")
 
 #: appends of one batch, in all, while readers keep closing its reservation
 RESERVATION_ATTEMPTS = 3
+#: appends of one batch, in all, while they time out or end in doubt (idempotent producers only)
+IN_DOUBT_ATTEMPTS = 4
 #: entries of one batch at most, unless the producer is made with another ``max_batch``. Under load
 #: a batch fills to it; larger batches spread a reservation's and a publish's round trips over more
 #: entries (8 threads sending through one producer: about 25% more entries/s at 2,000 than at 500,
@@ -135,9 +152,10 @@ class _ProducerThread(threading.Thread):
 class _Batch:
     """Entries taken together, and the outcome they share: their offsets, or the error that failed them."""
 
-    __slots__ = ("callbacks", "error", "offsets", "resolved", "traceback")
+    __slots__ = ("callbacks", "error", "offsets", "resolved", "traceback", "txn_id")
 
-    def __init__(self) -> None:
+    def __init__(self, txn_id: str | None = None) -> None:
+        self.txn_id = txn_id  # an idempotent producer's id for the batch's enqueue_batch
         self.resolved = threading.Event()
         self.offsets: range | None = None
         self.error: BaseException | None = None
@@ -164,6 +182,18 @@ class OffsetFuture:
     def __repr__(self) -> str:
         state = "pending" if not self.done() else ("failed" if self._taken().error else "done")
         return f"<OffsetFuture {state}>"
+
+    @property
+    def txn_id(self) -> str | None:
+        """An idempotent producer's txn id for the entry's batch, once the entry is taken into one.
+
+        For a batch that failed in doubt (``OutcomeUnknownError``, a
+        timeout), ``queue.outcome(future.txn_id)`` tells whether it is in
+        the queue. None for a producer that is not idempotent, or while the
+        entry waits.
+        """
+        batch = self._batch
+        return None if batch is None else batch.txn_id
 
     def done(self) -> bool:
         """True once the entry's batch is appended or has failed."""
@@ -243,6 +273,7 @@ class Producer:
         max_batch: int = DEFAULT_MAX_BATCH,
         max_pending: int = 10_000,
         overwrite_if_full: bool = False,
+        idempotent: bool = False,
     ) -> None:
         self.queue = queue
         self.linger = seconds("linger", linger, zero=True, most=MAX_LINGER)
@@ -250,6 +281,10 @@ class Producer:
         # a batch never waits for more entries than may be pending: it would linger its whole time
         self.max_batch = min(positive_int("max_batch", max_batch), queue.capacity, self.max_pending)
         self.overwrite_if_full = flag("overwrite_if_full", overwrite_if_full)
+        self.idempotent = flag("idempotent", idempotent)
+        # each batch's txn id: this producer's, then the batch's number
+        self._txn_prefix = f"producer-{uuid.uuid4().hex}-" if self.idempotent else None
+        self._batches = 0
         self._entry_limit = queue.max_entry_bytes  # fixed for the queue handle's life
         self._encoding = queue.encoding
         # Sends append to the intake without a lock (a deque's append is atomic); everything else
@@ -503,7 +538,8 @@ class Producer:
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
         self._taken += count  # first: a send checking meanwhile sees them as pending either way
-        batch = _Batch()
+        self._batches += 1
+        batch = _Batch(None if self._txn_prefix is None else f"{self._txn_prefix}{self._batches}")
         values = []
         popleft = self._intake.popleft
         for index in range(count):
@@ -519,7 +555,7 @@ class Producer:
 
     def _append(self, batch: _Batch, values: list[Any]) -> None:
         """One append of the batch's entries, then resolve it (every future of it at once)."""
-        outcome = self._enqueue(values)
+        outcome = self._enqueue(values, batch.txn_id)
         if isinstance(outcome, BaseException):
             batch.fail(outcome)
             if self._exiting:  # no one is left to look at its futures
@@ -540,14 +576,28 @@ class Producer:
             self._room.notify_all()
             self._done.notify_all()
 
-    def _enqueue(self, values: list[Any]) -> range | Exception:
-        """``enqueue_batch``, again while readers close its reservation; its offsets or its error."""
-        for attempt in range(1, RESERVATION_ATTEMPTS + 1):
+    def _enqueue(self, values: list[Any], txn_id: str | None) -> range | Exception:
+        """``enqueue_batch``, again while readers close its reservation; its offsets or its error.
+
+        With ``txn_id`` (an idempotent producer), also again after a timeout
+        or an outcome in doubt, with the same txn id: the queue's receipt of
+        an attempt that was applied answers the next with its offsets, so
+        the batch is in the queue once whatever the attempts met.
+        """
+        closed = in_doubt = 0
+        while True:
             try:
-                return self.queue._append_checked(values, overwrite_if_full=self.overwrite_if_full)
+                return self.queue._append_checked(
+                    values, txn_id=txn_id, overwrite_if_full=self.overwrite_if_full
+                )
             except errors.ReservationClosedError as exc:
-                if attempt == RESERVATION_ATTEMPTS:
+                closed += 1
+                if closed >= RESERVATION_ATTEMPTS:
                     return exc
+            except (errors.OutcomeUnknownError, errors.BackendTimeoutError) as exc:
+                in_doubt += 1
+                if txn_id is None or in_doubt >= IN_DOUBT_ATTEMPTS:
+                    return exc
+                time.sleep(min(1.0, 0.05 * 2**in_doubt))  # the store may be pausing: give it a moment
             except Exception as exc:  # whatever failed the batch is its futures' outcome
                 return exc
-        raise AssertionError("RESERVATION_ATTEMPTS must be positive")

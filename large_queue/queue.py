@@ -470,6 +470,7 @@ class Queue:
         max_batch: int = DEFAULT_MAX_BATCH,
         max_pending: int = 10_000,
         overwrite_if_full: bool = False,
+        idempotent: bool = False,
     ) -> Producer:
         """A producer that appends single entries sent from many threads in batches.
 
@@ -483,6 +484,7 @@ class Queue:
             max_batch=max_batch,
             max_pending=max_pending,
             overwrite_if_full=overwrite_if_full,
+            idempotent=idempotent,
         )
 
     # --- consuming -------------------------------------------------------------------

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from large_queue import (
     EntryTooLargeError,
     InvalidArgumentError,
     LargeQueueError,
+    OutcomeUnknownError,
     Producer,
     Queue,
     QueueFullError,
@@ -25,6 +26,8 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import producer as producer_module
+from large_queue.backends.faults import Call, FaultInjectingBackend
+from large_queue.errors import BackendTimeoutError
 from large_queue.producer import OffsetFuture
 from tests.fix_backends import APPENDS, Place, Store
 
@@ -741,3 +744,63 @@ def test_futures_left_unresolved_by_a_fork_refuse_in_the_child(store: Store) -> 
             assert answer.read() == "0,refused,refused,refused"
         assert status == 0
     assert waiting.result(timeout=0) == 1  # the parent's resolved
+
+
+def _faulty(store: Store, appends: str) -> tuple[Queue, FaultInjectingBackend]:
+    """A queue of the store, and a handle on it whose writes the test can make time out."""
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends=appends, lock_ttl=0.5)
+    backend = FaultInjectingBackend(store.backend)
+    return Queue.open(backend, queue.name), backend
+
+
+def _a_lost_reply(appends: str) -> Callable[[Call], bool]:
+    """The write whose reply a test loses: a publish, or (appends under the lock) the commit."""
+    return (lambda call: call.is_buffer) if appends == "reserve" else (lambda call: call.is_commit)
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_an_idempotent_producer_sends_a_batch_in_doubt_again_and_it_is_in_the_queue_once(
+    store: Store, appends: str
+) -> None:
+    queue, backend = _faulty(store, appends)
+    # every attempt a plain append makes at the write loses its reply, which the write was applied
+    backend.inject(_a_lost_reply(appends), applied=True, times=3)
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        futures = [producer.send(value) for value in ("a", "b")]
+    assert [future.result(timeout=0) for future in futures] == [0, 1]
+    assert futures[0].txn_id is not None and futures[0].txn_id == futures[1].txn_id
+    assert backend.injected >= 2  # at least one attempt gave up (as the plain producer's does, below)
+    backend._faults.clear()
+    assert [entry.value for entry in drain(queue)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_a_plain_producer_fails_a_batch_in_doubt_and_an_idempotent_ones_outcome_can_be_asked(
+    store: Store, appends: str
+) -> None:
+    queue, backend = _faulty(store, appends)
+    backend.inject(_a_lost_reply(appends), applied=True, times=3)
+    with queue.producer(linger=NEVER) as producer:
+        plain = producer.send("plain")
+    with pytest.raises((OutcomeUnknownError, BackendTimeoutError)):
+        plain.result(timeout=0)
+    assert plain.txn_id is None
+
+    # an idempotent producer gives up after IN_DOUBT_ATTEMPTS, every one of them lost
+    backend.inject(lambda call: True, applied=True, times=1000)
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        lost = producer.send("in doubt")
+    with pytest.raises((OutcomeUnknownError, BackendTimeoutError)):
+        lost.result(timeout=0)
+    backend._faults.clear()
+    # the queue's receipts know the batch by the future's txn id: in the queue, or reserved and
+    # not published (a reader closes it after the hole timeout), never unknown to them
+    assert lost.txn_id is not None and queue.outcome(lost.txn_id).state in ("committed", "pending")
+    store.advance(1.0)  # appending under the lock, an acquire whose reply was lost holds it until then
+    values = [entry.value for entry in drain(queue)]
+    assert values.count("plain") == 1 and values.count("in doubt") <= 1
+
+
+def test_idempotent_must_be_a_bool(store: Store) -> None:
+    with pytest.raises(InvalidArgumentError, match="idempotent"):
+        store.new_queue().producer(idempotent="yes")  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import producer as producer_module
-from large_queue.backends.faults import Call, FaultInjectingBackend
+from large_queue.backends.faults import FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError
 from large_queue.producer import OffsetFuture
 from tests.fix_backends import APPENDS, Place, Store
@@ -505,21 +505,6 @@ def test_flush_does_not_wait_on_an_entry_refused_after_close(store: Store) -> No
     assert flushed == [True]
 
 
-def test_a_callback_that_raises_is_logged_and_the_producer_goes_on(
-    store: Store, caplog: pytest.LogCaptureFixture
-) -> None:
-    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
-    seen: list[int] = []
-    with queue.producer(linger=NEVER) as producer:
-        first = producer.send("a")
-        first.add_done_callback(lambda done: 1 / 0)
-        first.add_done_callback(lambda done: seen.append(done.result()))
-        assert producer.flush(timeout=10) is True
-        second = producer.send("b")
-    assert seen == [0] and second.result(timeout=0) == 1
-    assert "a callback of" in caplog.text and "ZeroDivisionError" in caplog.text
-
-
 def test_pending_entries_stay_within_max_pending_and_one_per_sender(store: Store) -> None:
     """Sends check for room without the lock: each may pass once beside the others, no more."""
     queue = store.new_queue(capacity=2000, slots_per_record=100, appends="reserve")  # max_batch fits
@@ -563,28 +548,42 @@ def test_pending_entries_stay_within_max_pending_and_one_per_sender(store: Store
     assert worst[0] <= limit + threads
 
 
+def _answers_in_a_child(calls: list[Callable[[], object]], refusal: str) -> str:
+    """What each call answers in a forked child, joined by commas (the child must exit 0).
+
+    A call's answer: the str it returns, "answered" for anything else,
+    "refused" for an ``InvalidArgumentError`` whose message holds
+    ``refusal`` (another one's message), or any other exception's repr.
+    """
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:
+        said = []
+        for call in calls:
+            try:
+                answer = call()
+                said.append(answer if isinstance(answer, str) else "answered")
+            except InvalidArgumentError as exc:
+                said.append("refused" if refusal in str(exc) else str(exc))
+            except BaseException as exc:
+                said.append(repr(exc))
+        os.write(writing, ",".join(said).encode())
+        os._exit(0)
+    os.close(writing)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(reading) as answer:
+        assert status == 0
+        return answer.read()
+
+
 def test_a_producer_used_in_a_forked_child_refuses_instead_of_never_resolving(store: Store) -> None:
     queue = store.new_queue()
     with queue.producer(linger=0.0) as producer:
         assert producer.send("parent").result(timeout=5) == 0
-        reading, writing = os.pipe()
-        child = os.fork()
-        if child == 0:  # the child: its copy of the producer has no thread
-            said = []
-            for call in (lambda: producer.send("child"), lambda: producer.flush(timeout=1)):
-                try:
-                    call()
-                    said.append("accepted")
-                except InvalidArgumentError as exc:
-                    said.append("refused" if "fork" in str(exc) else str(exc))
-            said.append(str(producer.close(timeout=1)))
-            os.write(writing, ",".join(said).encode())
-            os._exit(0)
-        os.close(writing)
-        _, status = os.waitpid(child, 0)
-        with os.fdopen(reading) as answer:
-            assert answer.read() == "refused,refused,False"
-        assert status == 0
+        # the child's copy of the producer has no thread
+        calls = [lambda: producer.send("child"), lambda: producer.flush(timeout=1)]
+        said = _answers_in_a_child([*calls, lambda: str(producer.close(timeout=1))], "fork")
+        assert said == "refused,refused,False"
         assert producer.send("parent again").result(timeout=5) == 1  # the parent's goes on
     assert queue.info().size == 2
 
@@ -670,22 +669,31 @@ def test_a_producer_closed_by_the_programs_end_says_why_it_refuses(place: Place)
     assert Queue.open(place.connect(), name).info().size == 0
 
 
-def test_a_callback_that_calls_sys_exit_is_logged_and_the_others_run(
-    store: Store, caplog: pytest.LogCaptureFixture
+def _divide_by_zero(done: OffsetFuture) -> None:
+    1 / 0  # noqa: B018 -- raises
+
+
+def _exit(done: OffsetFuture) -> None:
+    sys.exit("from a callback")
+
+
+@pytest.mark.parametrize(("failing", "told"), [(_divide_by_zero, "ZeroDivisionError"), (_exit, "SystemExit")])
+def test_a_callback_that_raises_is_logged_and_the_others_run(
+    store: Store, caplog: pytest.LogCaptureFixture, failing: Callable[[OffsetFuture], None], told: str
 ) -> None:
     queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
     ran: list[int] = []
     with queue.producer(linger=NEVER) as producer:
         futures = [producer.send(value) for value in range(3)]
-        futures[0].add_done_callback(lambda done: sys.exit("from a callback"))
-        futures[1].add_done_callback(lambda done: ran.append(done.result()))
-        futures[2].add_done_callback(lambda done: ran.append(done.result()))
+        futures[0].add_done_callback(failing)
+        for future in futures:  # the first's after the one that raises
+            future.add_done_callback(lambda done: ran.append(done.result()))
         assert producer.flush(timeout=10) is True
         last = producer.send(3)
         assert producer.flush(timeout=10) is True
         assert last.result(timeout=0) == 3  # the producer goes on
-    assert ran == [1, 2]
-    assert "a callback of" in caplog.text and "SystemExit: from a callback" in caplog.text
+    assert ran == [0, 1, 2]
+    assert "a callback of" in caplog.text and told in caplog.text
 
 
 @pytest.mark.parametrize("timeout", [-1, "1", math.nan, math.inf, True])
@@ -720,51 +728,35 @@ def test_futures_left_unresolved_by_a_fork_refuse_in_the_child(store: Store) -> 
         resolved = producer.send("before")
         assert producer.flush(timeout=10) is True
         waiting = producer.send("at the fork")
-        reading, writing = os.pipe()
-        child = os.fork()
-        if child == 0:  # the child: the producer's thread, and what it sends, stayed in the parent
-            said = [str(resolved.result(timeout=1))]
-            for call in (
-                lambda: waiting.result(timeout=1),
-                lambda: waiting.exception(),
-                lambda: waiting.add_done_callback(print),
-            ):
-                try:
-                    call()
-                    said.append("answered")
-                except InvalidArgumentError as exc:
-                    said.append("refused" if "known in that process only" in str(exc) else str(exc))
-                except BaseException as exc:
-                    said.append(repr(exc))
-            os.write(writing, ",".join(said).encode())
-            os._exit(0)
-        os.close(writing)
-        _, status = os.waitpid(child, 0)
-        with os.fdopen(reading) as answer:
-            assert answer.read() == "0,refused,refused,refused"
-        assert status == 0
+        # in the child: the producer's thread, and what it sends, stayed in the parent
+        calls = [
+            lambda: str(resolved.result(timeout=1)),
+            lambda: waiting.result(timeout=1),
+            lambda: waiting.exception(),
+            lambda: waiting.add_done_callback(print),
+        ]
+        assert _answers_in_a_child(calls, "known in that process only") == "0,refused,refused,refused"
     assert waiting.result(timeout=0) == 1  # the parent's resolved
 
 
-def _faulty(store: Store, appends: str) -> tuple[Queue, FaultInjectingBackend]:
-    """A queue of the store, and a handle on it whose writes the test can make time out."""
-    queue = store.new_queue(capacity=12, slots_per_record=3, appends=appends, lock_ttl=0.5)
+@pytest.fixture(params=APPENDS)
+def faulty(store: Store, request: pytest.FixtureRequest) -> tuple[Queue, FaultInjectingBackend]:
+    """A queue (in each append mode) on a handle that loses the replies of its next 3 settling writes.
+
+    The writes are applied; what settles an append is a publish, or (appends
+    under the lock) the commit: a plain append gives up after 3 such attempts.
+    """
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends=request.param, lock_ttl=0.5)
     backend = FaultInjectingBackend(store.backend)
+    settling = "is_buffer" if request.param == "reserve" else "is_commit"
+    backend.inject(lambda call: bool(getattr(call, settling)), applied=True, times=3)
     return Queue.open(backend, queue.name), backend
 
 
-def _a_lost_reply(appends: str) -> Callable[[Call], bool]:
-    """The write whose reply a test loses: a publish, or (appends under the lock) the commit."""
-    return (lambda call: call.is_buffer) if appends == "reserve" else (lambda call: call.is_commit)
-
-
-@pytest.mark.parametrize("appends", APPENDS)
 def test_an_idempotent_producer_sends_a_batch_in_doubt_again_and_it_is_in_the_queue_once(
-    store: Store, appends: str
+    faulty: tuple[Queue, FaultInjectingBackend],
 ) -> None:
-    queue, backend = _faulty(store, appends)
-    # every attempt a plain append makes at the write loses its reply, which the write was applied
-    backend.inject(_a_lost_reply(appends), applied=True, times=3)
+    queue, backend = faulty
     with queue.producer(linger=NEVER, idempotent=True) as producer:
         futures = [producer.send(value) for value in ("a", "b")]
     assert [future.result(timeout=0) for future in futures] == [0, 1]
@@ -774,12 +766,10 @@ def test_an_idempotent_producer_sends_a_batch_in_doubt_again_and_it_is_in_the_qu
     assert [entry.value for entry in drain(queue)] == ["a", "b"]
 
 
-@pytest.mark.parametrize("appends", APPENDS)
 def test_a_plain_producer_fails_a_batch_in_doubt_and_an_idempotent_ones_outcome_can_be_asked(
-    store: Store, appends: str
+    store: Store, faulty: tuple[Queue, FaultInjectingBackend]
 ) -> None:
-    queue, backend = _faulty(store, appends)
-    backend.inject(_a_lost_reply(appends), applied=True, times=3)
+    queue, backend = faulty
     with queue.producer(linger=NEVER) as producer:
         plain = producer.send("plain")
     with pytest.raises((OutcomeUnknownError, BackendTimeoutError)):

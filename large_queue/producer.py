@@ -41,17 +41,22 @@ sent again, at most :data:`RESERVATION_ATTEMPTS` times in all.
 
 An idempotent producer (``idempotent=True``, as Kafka's) gives each batch a
 txn id of its own (see ``enqueue_batch``'s ``txn_id`` and the README's
-Receipts) and also sends a batch again, with that id, when it times out or
-ends in doubt, up to :data:`IN_DOUBT_ATTEMPTS` times in all: the queue's
-receipt of an attempt that was applied answers the next with its offsets,
-so a reply lost on the way is not a duplicate. A batch that still fails in
-doubt fails its futures, and ``queue.outcome(future.txn_id)`` tells later
-whether it is in the queue. Each batch then costs what a call with a txn id
-costs (its receipt is written by the same reservation; see the bench's
-"calls with a txn id"). The queue's receipt log must still hold a batch's
-receipt when the batch is sent again (within about a second) and when its
-outcome is asked: size the queue's ``receipts`` for the batches that every
-producer and caller with txn ids sends in that time.
+Receipts), so that a batch whose append timed out or failed in doubt (any
+error with ``in_doubt``) can be sent again without a duplicate, up to
+:data:`IN_DOUBT_ATTEMPTS` times in all. Before each new attempt it asks the
+queue's receipts (``queue.outcome``, one read) what became of the attempts
+so far, within the time since the first began: committed, and the batch
+resolves to the receipt's offsets; not committed or pending, and it is sent
+again with its txn id (a pending one is then finished, not repeated);
+unknown, because later calls with txn ids have pushed its receipt out of
+the log, and the batch fails with ``OutcomeUnknownError`` rather than risk
+being enqueued twice. A batch that fails keeps its txn id
+(``future.txn_id``), so ``queue.outcome`` can still be asked about it. Each
+batch costs what a call with a txn id costs (its receipt is written by the
+same reservation or commit; see the bench's "calls with a txn id"); keep
+enough receipts (``Queue.create(..., receipts=N)``) for every batch and call
+with a txn id that all producers send while a batch may be retried (a few
+seconds, as long as the store's timeouts make it).
 
 The failure story, as a timeline (a queue of capacity 1,000 holding 990)::
 
@@ -89,11 +94,15 @@ garbage-collected); the program ends when the main thread has ended and no
 other thread the interpreter waits for is left to send. The producer then
 writes what was sent at once, whatever its linger (a warning in the log
 says so, since the exit waits for it), logs an error for a batch that
-fails then (no one is left to look at its futures), and refuses any
-further send, saying why. In a process forked from the producer's, the
-producer and the futures it had not resolved at the fork raise
-``InvalidArgumentError``: its thread, and what it was sending, stayed in
-the parent.
+fails then (no one is left to look at its futures), waits while other
+producers still write (their callbacks may send to it), and then closes,
+refusing any further send and saying why. Its thread is never a daemon, so
+a producer made in a daemon thread is written out too. A producer made by
+an exit handler (``atexit``), which runs once the program's threads have
+ended, is not closed for it: the handler closes it (``with``). In a process
+forked from the producer's, the producer and the futures it had not
+resolved at the fork raise ``InvalidArgumentError``: its thread, and what it
+was sending, stayed in the parent.
 """
 
 from __future__ import annotations
@@ -103,6 +112,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -111,6 +121,7 @@ from typing import TYPE_CHECKING, Any
 from large_queue import errors
 from large_queue._entries import check_entry
 from large_queue._lifecycle import flag, positive_int, seconds
+from large_queue._receipts import COMMITTED, UNKNOWN
 
 if TYPE_CHECKING:
     from large_queue.queue import Queue
@@ -121,6 +132,10 @@ log = logging.getLogger("large_queue")
 RESERVATION_ATTEMPTS = 3
 #: appends of one batch, in all, while they time out or end in doubt (idempotent producers only)
 IN_DOUBT_ATTEMPTS = 4
+#: seconds added to the time since a batch's first attempt when its receipt is looked for: that
+#: time is this process's, the log's is the store's clock, in whole ms, and a receipt written a
+#: fraction of a ms after the attempt began must not be taken as older than what the log covers
+_CLOCKS_APART = 1.0
 #: entries of one batch at most, unless the producer is made with another ``max_batch``. Under load
 #: a batch fills to it; larger batches spread a reservation's and a publish's round trips over more
 #: entries (8 threads sending through one producer: about 25% more entries/s at 2,000 than at 500,
@@ -145,8 +160,37 @@ def _timeout(timeout: float | None) -> float | None:
 _LONGEST_WAIT = 365 * 86400.0
 
 
+def _in_doubt(error: Exception) -> bool:
+    """True for a failure after which a call may have been applied: a timeout, or any error in doubt."""
+    return isinstance(error, (errors.OutcomeUnknownError, errors.BackendTimeoutError)) or bool(
+        getattr(error, "in_doubt", False)
+    )
+
+
 class _ProducerThread(threading.Thread):
-    """A producer's thread: the program's end does not wait for it to stop sending (``_program_ended``)."""
+    """A producer's thread: the program's end does not wait for it to stop sending (``_program_ending``)."""
+
+
+#: every producer of the process (weakly: a closed one goes when its owner lets go)
+_PRODUCERS: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+def _others_busy(producer: Producer) -> bool:
+    """True while another producer has entries waiting or a batch in flight (with callbacks to run).
+
+    Those callbacks may send to ``producer``, so at the program's end it
+    stays open until they are done. Producers whose thread has ended (or
+    lives in another process) send nothing. Read without the other's lock: its
+    intake first, then its flag, which its thread sets before it empties
+    the intake and clears after the callbacks.
+    """
+    return any(
+        other is not producer
+        and (other._intake or other._in_flight)
+        and other._pid == producer._pid  # a forked child's copies have no thread
+        and other._thread.is_alive()
+        for other in list(_PRODUCERS)
+    )
 
 
 class _Batch:
@@ -305,8 +349,15 @@ class Producer:
         self._sending: _Batch | None = None  # the batch the producer thread appends now
         self._why = ""  # why it closed, if its thread failed
         self._pid = os.getpid()  # its thread lives in this process only: a forked child has none
-        self._exiting = False  # closed by the program's end (see _program_ended)
-        self._thread = _ProducerThread(target=self._run, name=f"large_queue producer {queue.name}")
+        self._exiting = False  # the program is ending (see _program_ending)
+        main = threading.main_thread()
+        self._made_at_exit = threading.current_thread() is main and not main.is_alive()
+        self._in_flight = False  # a batch taken and not yet resolved, with its callbacks run
+        # never a daemon (as a thread made by a daemon thread would be): the exit waits for what was sent
+        self._thread = _ProducerThread(
+            target=self._run, name=f"large_queue producer {queue.name}", daemon=False
+        )
+        _PRODUCERS.add(self)
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -490,8 +541,8 @@ class Producer:
                 if waiting:
                     if waiting >= self.max_batch or self._closed or self._flush_upto > self._taken:
                         break
-                    if self._program_ended():
-                        continue  # closed now: what waits goes at once
+                    if self._program_ending():
+                        break  # what waits goes at once, whatever the linger
                     self._alarm = self.max_batch
                     wait = self._first_at + self.linger - time.monotonic()
                     if wait <= 0 or len(intake) >= self.max_batch:
@@ -501,7 +552,11 @@ class Producer:
                     self._stopped = True
                     self._done.notify_all()  # flushers counting late entries stop waiting
                     return None
-                elif self._program_ended():
+                elif self._program_ending() and not _others_busy(self):
+                    self._why = (
+                        " (the program's main thread ended and no other thread could send: it closed itself)"
+                    )
+                    self._close()
                     continue
                 else:
                     wait = _IDLE_CHECK_SECONDS
@@ -509,35 +564,39 @@ class Producer:
             self._alarm = _NEVER
             return self._take(min(len(intake), self.max_batch))
 
-    def _program_ended(self) -> bool:
-        """(holding the lock) Close the producer if the program is ending; True if it did.
+    def _program_ending(self) -> bool:
+        """(holding the lock) True once the program is ending: its entries then go at once.
 
         The program ends when its main thread has ended and no other thread
-        that could still send is alive (daemon threads, and producers'
-        own, do not count: the interpreter does not wait for the first, and
-        the others wait for this). Entries still waiting are then written at
-        once, and said so in the log, since the exit waits for them.
+        that could still send is alive: daemon threads do not count (the
+        interpreter does not wait for them), nor do producers' own (their
+        callbacks may send, but :func:`_others_busy` waits for them). A
+        producer made by an exit handler (``atexit``, which runs once the
+        program's threads have ended) is never taken as ending: the handler
+        closes it. The first time, a warning with entries waiting says that
+        the exit waits for them.
         """
+        if self._exiting:
+            return True
         main = threading.main_thread()
-        if main.is_alive():
+        if self._made_at_exit or main.is_alive():
             return False
         for thread in threading.enumerate():
             if thread is not main and not thread.daemon and not isinstance(thread, _ProducerThread):
                 return False  # a thread the program's end waits for, which may send
         self._exiting = True
-        self._why = " (the program's main thread ended and no other thread could send: it closed itself)"
         if self._intake:
             log.warning(
                 "%r was not closed and the program is ending: writing the %d entries sent to it first",
                 self,
                 len(self._intake),
             )
-        self._close()
         return True
 
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
         self._taken += count  # first: a send checking meanwhile sees them as pending either way
+        self._in_flight = True  # before the intake empties: see _others_busy
         self._batches += 1
         batch = _Batch(None if self._txn_prefix is None else f"{self._txn_prefix}{self._batches}")
         values = []
@@ -571,6 +630,7 @@ class Producer:
         with _RESOLVING:
             batch.resolved.set()
         self._call_back(batch)
+        self._in_flight = False  # after its callbacks, which may have sent to other producers
         with self._lock:
             self._resolved += len(values)
             self._room.notify_all()
@@ -580,11 +640,12 @@ class Producer:
         """``enqueue_batch``, again while readers close its reservation; its offsets or its error.
 
         With ``txn_id`` (an idempotent producer), also again after a timeout
-        or an outcome in doubt, with the same txn id: the queue's receipt of
-        an attempt that was applied answers the next with its offsets, so
-        the batch is in the queue once whatever the attempts met.
+        or an outcome in doubt, with the same txn id, once the queue's
+        receipts have said what became of the attempts so far
+        (:meth:`_settled`): the batch is in the queue at most once.
         """
         closed = in_doubt = 0
+        began = time.monotonic()  # before the first attempt: the receipts must cover since then
         while True:
             try:
                 return self.queue._append_checked(
@@ -594,10 +655,43 @@ class Producer:
                 closed += 1
                 if closed >= RESERVATION_ATTEMPTS:
                     return exc
-            except (errors.OutcomeUnknownError, errors.BackendTimeoutError) as exc:
+            except errors.LargeQueueError as exc:
                 in_doubt += 1
-                if txn_id is None or in_doubt >= IN_DOUBT_ATTEMPTS:
+                if txn_id is None or not _in_doubt(exc) or in_doubt >= IN_DOUBT_ATTEMPTS:
                     return exc
                 time.sleep(min(1.0, 0.05 * 2**in_doubt))  # the store may be pausing: give it a moment
+                settled = self._settled(txn_id, len(values), time.monotonic() - began + _CLOCKS_APART)
+                if settled is not None:
+                    return settled
             except Exception as exc:  # whatever failed the batch is its futures' outcome
                 return exc
+
+    def _settled(self, txn_id: str, count: int, within: float) -> range | Exception | None:
+        """What the receipts say of a batch's attempts so far: its offsets, an error, or None (send again).
+
+        Committed: the offsets its receipt names. Unknown (the receipt log no
+        longer covers ``within`` seconds, the time since the first attempt:
+        later calls with txn ids pushed its receipt out): ``OutcomeUnknownError``,
+        since sending it again could enqueue it twice. Not committed, pending
+        (sending it again with the txn id finishes it), or no answer (the
+        store did not reply): None.
+        """
+        try:
+            outcome = self.queue.outcome(txn_id, within=within)
+        except errors.LargeQueueError:
+            return None
+        receipt = outcome.receipt
+        if outcome.state == COMMITTED and receipt is not None and len(receipt.offsets) == count:
+            return receipt.offsets
+        if outcome.state == UNKNOWN:
+            return errors.OutcomeUnknownError(
+                f"{self!r} sent a batch of {count} entries (txn id {txn_id!r}) that timed out or ended in"
+                f" doubt, and the queue's receipt log no longer tells whether it is in the queue"
+                f" ({outcome.detail}): it was not sent again, which could have enqueued it twice (keep more"
+                " receipts to keep them longer: Queue.create(..., receipts=N))",
+                queue=self.queue.name,
+                txn_id=txn_id,
+                stage="settling",
+                detail=outcome.detail,
+            )
+        return None

@@ -26,8 +26,10 @@ from large_queue import (
     UnsupportedEntryError,
 )
 from large_queue import producer as producer_module
-from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import BackendTimeoutError
+from large_queue.backends import Backend
+from large_queue.backends._delegating import Delegating
+from large_queue.backends.faults import Call, FaultInjectingBackend
+from large_queue.errors import BackendTimeoutError, BackendUnavailableError
 from large_queue.producer import OffsetFuture
 from tests.fix_backends import APPENDS, Place, Store
 
@@ -794,3 +796,137 @@ def test_a_plain_producer_fails_a_batch_in_doubt_and_an_idempotent_ones_outcome_
 def test_idempotent_must_be_a_bool(store: Store) -> None:
     with pytest.raises(InvalidArgumentError, match="idempotent"):
         store.new_queue().producer(idempotent="yes")  # type: ignore[arg-type]
+
+
+class _PushedOutBeforeRead(Delegating):
+    """A store that runs ``meanwhile`` once, just before the next ``get`` (the caller is paused there)."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.meanwhile: Callable[[], object] | None = None
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "get" and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return super().relay(method, *args, **kwargs)
+
+
+def test_a_refusal_for_a_receipt_that_left_the_log_since_is_unknown_not_a_full_queue(store: Store) -> None:
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve", receipts=2)
+    assert queue.enqueue_batch(["mine"], txn_id="first") == range(0, 1)
+    paused = _PushedOutBeforeRead(store.backend)
+    again = Queue.open(paused, queue.name)
+    # refused for the receipt; before the refusal is explained, two calls push the receipt out
+    paused.meanwhile = lambda: [queue.enqueue("other", txn_id=f"other-{n}") for n in range(2)]
+    with pytest.raises(
+        OutcomeUnknownError, match=r"the queue was full then \(it has room now\), or the receipt"
+    ):
+        again.enqueue_batch(["mine"], txn_id="first")
+    assert [entry.value for entry in drain(queue)] == ["mine", "other", "other"]
+
+
+class _AppliedThenLost(Delegating):
+    """A store whose next settling write (a publish, or a commit) is applied, then fails with ``error``.
+
+    ``meanwhile`` runs between the two, as other clients' calls would.
+    """
+
+    def __init__(
+        self, inner: Backend, appends: str, error: Exception, meanwhile: Callable[[], object] | None = None
+    ) -> None:
+        super().__init__(inner)
+        self.settling = "is_buffer" if appends == "reserve" else "is_commit"
+        self.error: Exception | None = error
+        self.meanwhile = meanwhile
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        result = super().relay(method, *args, **kwargs)
+        if self.error is not None and method in ("operate", "operate_each"):
+            key = args[0][0][0] if method == "operate_each" else args[0]
+            operations = () if method == "operate_each" else tuple(args[1])
+            if getattr(Call(method, key, operations), self.settling):
+                error, self.error = self.error, None
+                if self.meanwhile is not None:
+                    self.meanwhile()
+                raise error
+        return result
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_an_idempotent_producer_sends_again_a_batch_any_error_left_in_doubt(
+    store: Store, appends: str
+) -> None:
+    made = store.new_queue(capacity=12, slots_per_record=3, appends=appends)
+    lost = BackendUnavailableError("the connection dropped", code=-10, in_doubt=True)
+    queue = Queue.open(_AppliedThenLost(store.backend, appends, lost), made.name)
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        futures = [producer.send(value) for value in ("a", "b")]
+    assert [future.result(timeout=0) for future in futures] == [0, 1]
+    assert [entry.value for entry in drain(made)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_an_idempotent_producer_does_not_send_again_a_batch_whose_receipt_left_the_log(
+    store: Store, appends: str
+) -> None:
+    """Sent again without its receipt, an applied batch would be enqueued twice: it fails instead."""
+    made = store.new_queue(capacity=12, slots_per_record=3, appends=appends, receipts=2)
+
+    def others() -> None:  # two calls with txn ids push the batch's receipt out of the log
+        for n in range(2):
+            made.enqueue("other", txn_id=f"other-{n}")
+
+    # (a timeout of a publish would be sent again by the publish itself, which finds its entries)
+    lost = BackendUnavailableError("the connection dropped", code=-10, in_doubt=True)
+    queue = Queue.open(_AppliedThenLost(store.backend, appends, lost, others), made.name)
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        mine = producer.send("mine")
+    with pytest.raises(OutcomeUnknownError, match="receipt log no longer tells"):
+        mine.result(timeout=0)
+    assert [entry.value for entry in drain(made)] == ["mine", "other", "other"]  # once
+
+
+@pytest.mark.parametrize(
+    ("setting", "program"),
+    [
+        (  # made lazily in a daemon thread (a request handler's, say): its thread is not one
+            "daemon",
+            "import threading\n"
+            "def handle():\n"
+            "    queue.producer(linger=3600).send('from a daemon thread')\n"
+            "worker = threading.Thread(target=handle, daemon=True)\n"
+            "worker.start(); worker.join()\n",
+        ),
+        (  # made by an exit handler, which runs once the program's threads ended: the handler closes it
+            "atexit",
+            "import atexit\n"
+            "def at_exit():\n"
+            "    with queue.producer(linger=0.01) as late:\n"
+            "        late.send('from an exit handler').result(timeout=10)\n"
+            "atexit.register(at_exit)\n",
+        ),
+        (  # one producer's callback sends to another: both left open, both written
+            "chain",
+            "first = queue.producer(linger=3600)\n"
+            "second = queue.producer(linger=3600)\n"
+            "first.send('first').add_done_callback(lambda done: second.send('from a callback'))\n",
+        ),
+    ],
+)
+def test_what_was_sent_is_written_at_the_programs_end(place: Place, setting: str, program: str) -> None:
+    name = place.name(f"end-{setting}")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    _, said = _run_program(
+        f"import large_queue\nqueue = large_queue.Queue.open({place.url!r}, {name!r})\n{program}"
+    )
+    values = [entry.value for entry in drain(Queue.open(place.connect(), name))]
+    assert (
+        values
+        == {
+            "daemon": ["from a daemon thread"],
+            "atexit": ["from an exit handler"],
+            "chain": ["first", "from a callback"],
+        }[setting]
+    ), said
+    assert "raised" not in said

@@ -381,7 +381,7 @@ class Appender:
                 self.counters.bump("timeouts_repeated")
                 continue
             except errors.ConditionNotMetError:
-                raise self._refusal(count, receipt) from None
+                raise self._refusal(count, receipt, overwrite=overwrite) from None
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.bump("reservations")
@@ -392,9 +392,17 @@ class Appender:
             return tail - count, result[STORE_CLOCK]
         raise AssertionError("ATTEMPTS must be positive")
 
-    def _refusal(self, count: int, receipt: ReceiptWrite | None) -> Exception:
+    def _refusal(self, count: int, receipt: ReceiptWrite | None, *, overwrite: bool = False) -> Exception:
         """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
-        ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`)."""
+        ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`).
+
+        With ``receipt``, a refusal that the record read here does not explain
+        (the queue has room now, or the reservation overwrites and needs none)
+        is ``OutcomeUnknownError``: either the queue was full then, or a
+        receipt of an earlier call of the txn was in the log and has been
+        pushed out of it since by later calls with txn ids. Nothing of this
+        call was written; ``queue.outcome`` tells what became of an earlier one.
+        """
         record = self._metadata()
         if isinstance(record, Exception):
             return record
@@ -405,6 +413,19 @@ class Appender:
             if required is None or not (type(stored) is list and len(stored) > 1 and stored[1] == required):
                 return Duplicate(stored)  # not the receipt the guard required: the caller reads it
         used = record.bins.get(rec.TAIL, 0) - record.bins.get(rec.HEAD, 0)
+        if receipt is not None and (overwrite or self.shape.capacity - used >= count):
+            self.counters.bump("outcomes_unknown")
+            return errors.OutcomeUnknownError(
+                f"an enqueue with txn id {receipt.txn_id!r} to queue {self.keys.name!r} was refused,"
+                " and nothing of it was written: the queue was full then (it has room now), or the"
+                " receipt of an earlier call with that txn id was in the receipt log and has been"
+                " pushed out of it since; queue.outcome(txn_id) tells what became of such a call"
+                " (keep more receipts to keep them longer: Queue.create(..., receipts=N))",
+                queue=self.keys.name,
+                txn_id=receipt.txn_id,
+                stage="reserving",
+                detail="refused for lack of room, or for a receipt that has left the log since",
+            )
         return errors.QueueFullError(
             f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"
             f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",

@@ -734,7 +734,7 @@ def test_futures_left_unresolved_by_a_fork_refuse_in_the_child(store: Store) -> 
         calls = [
             lambda: str(resolved.result(timeout=1)),
             lambda: waiting.result(timeout=1),
-            lambda: waiting.exception(),
+            lambda: waiting.exception(timeout=1),  # no hang if it waited instead
             lambda: waiting.add_done_callback(print),
         ]
         assert _answers_in_a_child(calls, "known in that process only") == "0,refused,refused,refused"
@@ -930,3 +930,301 @@ def test_what_was_sent_is_written_at_the_programs_end(place: Place, setting: str
         }[setting]
     ), said
     assert "raised" not in said
+
+
+def test_linger_counts_from_the_oldest_waiting_entry_not_the_newest(store: Store) -> None:
+    """A steady trickle of sends, each sooner than the linger after the last, still goes every linger."""
+    queue = store.new_queue(capacity=500, slots_per_record=50, appends="reserve")
+    with queue.producer(linger=0.2, max_batch=500) as producer:
+        first = producer.send(0)
+        began = time.monotonic()
+        while not first.done() and time.monotonic() - began < 1.5:
+            producer.send(1)
+            time.sleep(0.01)
+        assert first.done()  # within about 0.2 s, not when the sends stop
+        assert first.result(timeout=0) == 0
+
+
+def test_sends_and_flushes_wake_the_producer_thread_at_once(
+    gated: tuple[Queue, Gate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer thread is woken, not found by its next look at the program's end."""
+    queue, gate = gated
+    gate.opened.set()
+    monkeypatch.setattr(producer_module, "_IDLE_CHECK_SECONDS", 30.0)  # no looks during the test
+    with queue.producer(linger=0) as producer:
+        time.sleep(0.05)  # the thread waits idle
+        assert producer.send("alone").result(timeout=2) == 0  # a first entry
+    with queue.producer(linger=NEVER, max_batch=2) as producer:
+        full = [producer.send("full")]
+        time.sleep(0.05)  # the thread lingers, one entry short of a full batch
+        full.append(producer.send("batch"))
+        assert [future.result(timeout=2) for future in full] == [1, 2]  # a full batch
+        lingering = producer.send("flushed")
+        time.sleep(0.05)  # the thread lingers
+        assert producer.flush(timeout=2) is True  # a flush
+        assert lingering.result(timeout=0) == 3
+
+
+def test_entries_waiting_past_max_batch_go_in_batches_of_max_batch(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    held = queue._append_checked
+    sizes: list[int] = []
+
+    def sizing(entries: list[Any], **options: Any) -> range:
+        sizes.append(len(entries))
+        return held(entries, **options)
+
+    queue._append_checked = sizing  # type: ignore[method-assign,assignment]
+    with queue.producer(linger=NEVER, max_batch=2) as producer:
+        futures = [producer.send("a"), producer.send("b")]  # a full batch: taken, held at the gate
+        while gate.calls == 0:
+            time.sleep(0.001)
+        futures += [producer.send(value) for value in "cde"]  # three wait behind it
+        gate.opened.set()
+    assert [future.result(timeout=0) for future in futures] == [0, 1, 2, 3, 4]
+    assert sizes == [2, 2, 1]
+
+
+def test_a_future_waiting_to_be_taken_is_woken_when_its_batch_is_taken(store: Store) -> None:
+    queue = store.new_queue()
+    with queue.producer(linger=NEVER) as producer:
+        future = producer.send("a")
+        answers: list[int | BaseException] = []
+
+        def waiting() -> None:
+            try:
+                answers.append(future.result(timeout=5))
+            except BaseException as exc:  # the test looks at it
+                answers.append(exc)
+
+        waiter = threading.Thread(target=waiting)
+        waiter.start()
+        time.sleep(0.05)  # the waiter waits for the entry to be taken into a batch
+        began = time.monotonic()
+        assert producer.flush(timeout=5) is True
+        waiter.join(5)
+        assert answers == [0] and time.monotonic() - began < 2
+
+
+def test_a_future_is_not_done_while_its_batch_is_being_appended(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    with queue.producer(linger=0) as producer:
+        future = producer.send("a")
+        while gate.calls == 0:  # taken into a batch, whose append waits at the gate
+            time.sleep(0.001)
+        assert not future.done() and future.txn_id is None
+        assert "pending" in repr(future)
+        with pytest.raises(TimeoutError):
+            future.exception(timeout=0.01)
+        gate.opened.set()
+        assert future.result(timeout=5) == 0 and future.done()
+
+
+def test_in_a_forked_child_resolved_futures_answer_and_taken_unresolved_ones_refuse(
+    gated: tuple[Queue, Gate],
+) -> None:
+    queue, gate = gated
+    gate.opened.set()
+    with queue.producer(linger=0) as producer:
+        resolved = producer.send("before")
+        assert resolved.result(timeout=5) == 0
+        gate.opened.clear()
+        calls = gate.calls
+        taken = producer.send("at the fork")
+        while gate.calls == calls:  # taken into a batch, whose append waits at the gate
+            time.sleep(0.001)
+        # in the child: the batch being appended, and its outcome, stay in the parent
+        called: list[int] = []
+        calls = [
+            lambda: str(resolved.exception(timeout=1)),
+            lambda: str(resolved.add_done_callback(lambda done: called.append(done.result()))),
+            lambda: taken.exception(timeout=0.5),
+            lambda: taken.result(timeout=0.5),
+            lambda: taken.add_done_callback(print),
+            lambda: repr(called),
+        ]
+        said = _answers_in_a_child(calls, "known in that process only")
+        assert said == "None,None,refused,refused,refused,[0]"
+        gate.opened.set()
+    assert taken.result(timeout=0) == 1  # the parent's resolved
+
+
+def test_every_batch_of_every_idempotent_producer_has_a_txn_id_of_its_own(store: Store) -> None:
+    """A txn id used again would be answered by the receipt of the batch that had it: a batch lost."""
+    queue = store.new_queue()
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        first = producer.send("a")
+        assert producer.flush(timeout=10) is True
+        second = producer.send("b")
+    with queue.producer(linger=NEVER, idempotent=True) as other:
+        third = other.send("c")
+    futures = [first, second, third]
+    assert [future.result(timeout=0) for future in futures] == [0, 1, 2]
+    assert len({future.txn_id for future in futures}) == 3
+    assert [entry.value for entry in drain(queue)] == ["a", "b", "c"]
+
+
+def _failing_appends(queue: Queue, errors: list[BaseException]) -> list[int]:
+    """Make the queue's appends raise ``errors`` one by one, then go through; the number of each call."""
+    append = queue._append_checked
+    calls: list[int] = []
+
+    def failing(entries: list[Any], **options: Any) -> range:
+        calls.append(len(calls) + 1)
+        if errors:
+            raise errors.pop(0)
+        return append(entries, **options)
+
+    queue._append_checked = failing  # type: ignore[method-assign,assignment]
+    return calls
+
+
+@pytest.mark.parametrize("in_doubt", ["outcome unknown", "timeout"])
+def test_an_idempotent_producer_sends_again_after_either_error_in_doubt(store: Store, in_doubt: str) -> None:
+    queue = store.new_queue()
+
+    def error() -> BaseException:
+        if in_doubt == "timeout":
+            return BackendTimeoutError("timed out", code=9)  # a timeout is in doubt, flagged or not
+        return OutcomeUnknownError("lost reply")
+
+    calls = _failing_appends(queue, [error()])
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        future = producer.send("a")
+    assert future.result(timeout=0) == 0 and calls == [1, 2]
+    queue = store.new_queue()
+    calls = _failing_appends(queue, [error() for _ in range(10)])
+    began = time.monotonic()
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        lost = producer.send("lost")
+    assert len(calls) == producer_module.IN_DOUBT_ATTEMPTS  # and no more
+    assert time.monotonic() - began >= 0.5  # backing off between them: 0.1 + 0.2 + 0.4 s
+    with pytest.raises((OutcomeUnknownError, BackendTimeoutError)):
+        lost.result(timeout=0)
+
+
+def test_an_idempotent_producer_does_not_send_again_a_batch_refused_for_sure(store: Store) -> None:
+    queue = store.new_queue(capacity=3, slots_per_record=3)
+    queue.enqueue_batch([0, 1, 2])
+    calls = _failing_appends(queue, [])
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        refused = producer.send("no room")
+    with pytest.raises(QueueFullError):
+        refused.result(timeout=0)
+    assert calls == [1]
+
+
+def _run_briefly(program: str) -> str:
+    """Run ``program`` in a new interpreter, which must exit 0 within 20 s; its stderr."""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_the_program_ends_though_daemon_threads_and_other_producers_live_on(place: Place) -> None:
+    """Daemon threads, and other producers' threads, cannot send: they do not hold producers open."""
+    name = place.name("left-two")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    said = _run_briefly(
+        "import threading, time, large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+        "queue.producer(linger=60).send('one')\n"
+        "queue.producer(linger=60).send('two')\n"
+    )
+    assert said.count("was not closed and the program is ending") == 2
+    values = [entry.value for entry in drain(Queue.open(place.connect(), name))]
+    assert sorted(values) == ["one", "two"]
+
+
+def test_a_producer_lingering_when_the_main_thread_ends_writes_within_a_moment(place: Place) -> None:
+    """Its thread, waiting out a long linger, looks at the program's end every moment meanwhile."""
+    name = place.name("left-lingering-long")
+    Queue.create(place.connect(), name, capacity=12, slots_per_record=3, appends="reserve")
+    began = time.monotonic()
+    said = _run_briefly(
+        "import time, large_queue\n"
+        f"queue = large_queue.Queue.open({place.url!r}, {name!r})\n"
+        "queue.producer(linger=60).send('left open')\n"
+        "time.sleep(0.3)  # its thread has taken a look, and lingers\n"
+    )
+    assert time.monotonic() - began < 15  # not the linger's 60 s
+    assert "writing the 1 entries sent to it first" in said
+    assert [entry.value for entry in drain(Queue.open(place.connect(), name))] == ["left open"]
+
+
+def test_close_wakes_a_blocked_send_at_once_while_a_batch_is_held(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    producer = queue.producer(linger=0, max_pending=1)
+    held = producer.send("a")
+    while gate.calls == 0:  # its batch is held at the gate
+        time.sleep(0.001)
+    raised: list[BaseException] = []
+
+    def sending() -> None:
+        try:
+            producer.send("b")
+        except BaseException as exc:  # the test looks at it
+            raised.append(exc)
+
+    blocked = threading.Thread(target=sending)
+    blocked.start()
+    time.sleep(0.05)  # waiting for room
+    assert producer.close(timeout=0.05) is False
+    blocked.join(2)  # woken by close, not by the held batch resolving (the gate stays shut)
+    assert not blocked.is_alive() and len(raised) == 1 and isinstance(raised[0], InvalidArgumentError)
+    gate.opened.set()
+    assert producer.close(timeout=10) is True and held.result(timeout=0) == 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's end, shown
+def test_a_send_that_appends_after_the_producer_thread_died_raises(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send checked for closing, then the thread died in an append, then the send appended."""
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+
+    def dying(entries: list[Any], **options: Any) -> range:
+        raise SystemExit(3)  # something no append error is: the thread itself ends
+
+    queue._append_checked = dying  # type: ignore[method-assign,assignment]
+    producer = queue.producer(linger=NEVER)
+    first = producer.send("a")
+
+    class _LateFuture(OffsetFuture):
+        """Made by a send past its closing check, before its append: the thread dies meanwhile."""
+
+        def __init__(self, producer: Producer) -> None:
+            super().__init__(producer)
+            assert producer.flush(timeout=10) is True  # "a" goes, and the thread dies appending it
+            producer._thread.join(10)
+
+    monkeypatch.setattr(producer_module, "OffsetFuture", _LateFuture)
+    with pytest.raises(InvalidArgumentError, match="thread failed"):
+        producer.send("late")
+    with pytest.raises(LargeQueueError, match="thread failed"):
+        first.result(timeout=0)
+    assert not producer._intake and producer.close(timeout=5) is True
+
+
+def test_a_results_timeout_counts_its_wait_to_be_taken_too(gated: tuple[Queue, Gate]) -> None:
+    queue, gate = gated
+    with queue.producer(linger=NEVER) as producer:
+        future = producer.send("a")
+        waited: list[float] = []
+
+        def waiting() -> None:
+            began = time.monotonic()
+            with pytest.raises(TimeoutError):
+                future.result(timeout=1.0)
+            waited.append(time.monotonic() - began)
+
+        waiter = threading.Thread(target=waiting)
+        waiter.start()
+        time.sleep(0.7)  # the entry waits to be taken for most of the timeout
+        producer.flush(timeout=0)  # then it is taken, and its batch held at the gate
+        waiter.join(5)
+        assert len(waited) == 1 and waited[0] < 1.4  # the timeout in all, not again once taken
+        gate.opened.set()
+    assert future.result(timeout=0) == 0

@@ -181,12 +181,12 @@ def _others_busy(producer: Producer) -> bool:
     Those callbacks may send to ``producer``, so at the program's end it
     stays open until they are done. Producers whose thread has ended (or
     lives in another process) send nothing. Read without the other's lock: its
-    intake first, then its flag, which its thread sets before it empties
+    intake first, then the batch it sends, which its thread sets before it empties
     the intake and clears after the callbacks.
     """
     return any(
         other is not producer
-        and (other._intake or other._in_flight)
+        and (other._intake or other._sending is not None)
         and other._pid == producer._pid  # a forked child's copies have no thread
         and other._thread.is_alive()
         for other in list(_PRODUCERS)
@@ -346,13 +346,13 @@ class Producer:
         self._flush_upto = 0  # entries before this one go at once, without lingering
         self._closed = False
         self._stopped = False  # the producer thread has taken its last entry
-        self._sending: _Batch | None = None  # the batch the producer thread appends now
+        # the batch the producer thread appends now: taken, until resolved with its callbacks run
+        self._sending: _Batch | None = None
         self._why = ""  # why it closed, if its thread failed
         self._pid = os.getpid()  # its thread lives in this process only: a forked child has none
         self._exiting = False  # the program is ending (see _program_ending)
         main = threading.main_thread()
         self._made_at_exit = threading.current_thread() is main and not main.is_alive()
-        self._in_flight = False  # a batch taken and not yet resolved, with its callbacks run
         # never a daemon (as a thread made by a daemon thread would be): the exit waits for what was sent
         self._thread = _ProducerThread(
             target=self._run, name=f"large_queue producer {queue.name}", daemon=False
@@ -474,7 +474,6 @@ class Producer:
     def _run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:
-                self._sending = batch[0]
                 self._append(*batch)
         except BaseException as exc:  # the thread ends: no future may be left waiting on it
             self._fail_everything(exc)
@@ -596,9 +595,9 @@ class Producer:
     def _take(self, count: int) -> tuple[_Batch, list[Any]]:
         """(holding the lock) The next ``count`` entries of the intake, as a batch their futures name."""
         self._taken += count  # first: a send checking meanwhile sees them as pending either way
-        self._in_flight = True  # before the intake empties: see _others_busy
         self._batches += 1
         batch = _Batch(None if self._txn_prefix is None else f"{self._txn_prefix}{self._batches}")
+        self._sending = batch  # before the intake empties: see _others_busy
         values = []
         popleft = self._intake.popleft
         for index in range(count):
@@ -630,7 +629,7 @@ class Producer:
         with _RESOLVING:
             batch.resolved.set()
         self._call_back(batch)
-        self._in_flight = False  # after its callbacks, which may have sent to other producers
+        self._sending = None  # after its callbacks, which may have sent to other producers
         with self._lock:
             self._resolved += len(values)
             self._room.notify_all()

@@ -8,8 +8,11 @@ gone, a fencing mark ahead of the metadata's counter, a consumer group
 without its owner record. It changes nothing, except with ``repair=True``,
 which recreates missing buffer records (empty, with the live offsets they
 held closed where producers append without the lock, so readers pass them at
-once: what they held is gone either way, and the report says which offsets). Head, tail and slot contents are
-never rewritten: guessing them could lose data.
+once: what they held is gone either way, and the report says which offsets).
+A batch whose last offset is closed so is closed whole, its parts in intact
+records too, since readers show a batch whole or not at all; the report
+names those offsets as well. Head, tail and slot contents are never
+rewritten: guessing them could lose data.
 """
 
 from __future__ import annotations
@@ -126,7 +129,9 @@ def _check_buffers(
         indexes = order[part : part + BATCH]
         window: dict[int, list[Any] | None] = {}
         for index, buffer in zip(indexes, _read_buffers(backend, keys, indexes), strict=True):
-            window[index] = _check_buffer(backend, keys, metadata, report, repair, index, buffer, ahead)
+            window[index] = _check_buffer(
+                backend, keys, metadata, report, repair, index, buffer, ahead, counting.tombstones
+            )
         if part == 0:
             head_slots = window[first]
         window[first] = head_slots
@@ -184,11 +189,13 @@ def _check_buffer(
     index: int,
     buffer: Record | errors.CorruptRecordError | None,
     ahead: dict[int, tuple[Any, Any]],
+    tombstones: set[int],
 ) -> list[Any] | None:
     """Report what is wrong with buffer record ``index`` (recreate it if missing and ``repair``).
 
     Its slots if they can be counted, else None. Fencing marks ahead of the
-    counter go to ``ahead``, to be weighed against the counter read again.
+    counter go to ``ahead``, to be weighed against the counter read again;
+    the offsets a repair closes go to ``tombstones``.
     """
     shape = metadata.shape
     token = (metadata.fence_epoch, metadata.fence_counter)
@@ -210,6 +217,7 @@ def _check_buffer(
         if metadata.reserved:  # gone, published or not: closed, so readers pass them at once
             for offset in live:  # (and a producer still to publish one is refused)
                 bins[rec.SLOTS][shape.slot_of(offset)] = [offset]
+            tombstones.update(live)
         # marked with the current token: only newer holders can write it
         backend.put(keys.buffer(index), bins, mode=WriteMode.CREATE_ONLY)
         report.repaired.append(f"{where} was missing and was recreated empty{lost}")
@@ -254,6 +262,9 @@ def _check_buffer(
 class _LiveCount:
     """Counts the live entries of ``[head, tail)`` from records fed in ring order from the head's."""
 
+    def __init__(self) -> None:
+        self.tombstones: set[int] = set()  #: the offsets a repair closed
+
     def count(self, window: dict[int, list[Any] | None], reach: int) -> None:
         """Count what the records of ``window`` hold of ``[head, reach)`` (None: not countable)."""
         raise NotImplementedError
@@ -270,6 +281,7 @@ class _PlainCount(_LiveCount):
     """A queue whose appends take the lock: each live offset's slot must hold it."""
 
     def __init__(self, metadata: rec.Metadata) -> None:
+        super().__init__()
         self.metadata = metadata
         self.holding = 0
         self.missing: list[int] = []
@@ -301,6 +313,7 @@ class _PrefixCount(_LiveCount):
     """A queue with lock-free appends: ``[head, tail)`` settled in order, as readers do."""
 
     def __init__(self, backend: Backend, keys: rec.QueueKeys, metadata: rec.Metadata) -> None:
+        super().__init__()
         self.backend = backend
         self.keys = keys
         self.metadata = metadata
@@ -312,6 +325,7 @@ class _PrefixCount(_LiveCount):
         self.overwritten: list[int] = []
         self.lost: list[int] = []  # below the published mark, so once published: their entries are gone
         self.pending: list[int] = []
+        self.batch_parts: list[int] = []  # intact, closed with their batch by a repair's tombstone
         self.malformed: str | None = None
         self.blocked = False  # past a record that cannot be read: not settled further
 
@@ -336,12 +350,29 @@ class _PrefixCount(_LiveCount):
                 return
             self.entries += len(settled.entries)
             self.closed += settled.closed
+            if self.tombstones:
+                self._closed_by_repair(settled)
             self.overwritten += settled.overwritten
             self.after = settled
             self.start = settled.end
             if settled.end < stop:
                 (self.lost if settled.end < self.metadata.published else self.pending).append(settled.end)
                 self.start += 1
+
+    def _closed_by_repair(self, settled: Settled) -> None:
+        """Take the offsets of ``settled`` that a repair's tombstones closed out of the producers' count.
+
+        Besides the tombstones, the parts of a spanning batch kept in records
+        that are intact: their batch's last offset lay in the missing record,
+        and a batch is shown whole or not at all.
+        """
+        for offset in range(settled.start, settled.end):
+            slot = self._slot_at(offset)
+            if offset in self.tombstones:
+                self.closed -= 1
+            elif len(slot) == 4 and slot[0] == offset and slot[3] in self.tombstones:
+                self.closed -= 1
+                self.batch_parts.append(offset)
 
     def _slot_at(self, offset: int) -> Any:
         slots = self.window[self.metadata.shape.record_of(offset)]
@@ -376,6 +407,12 @@ class _PrefixCount(_LiveCount):
             report.problems.append(
                 f"live offsets below the published mark {self.metadata.published} hold no entry (lost):"
                 f" {_listed(self.lost)}"
+            )
+        if self.batch_parts:
+            report.repaired.append(
+                f"offsets {_listed(self.batch_parts)} were closed too, though their records are intact:"
+                " they belong to batches whose last offset the missing records held, and a batch is"
+                " delivered whole or not at all (whether it had been published cannot be told)"
             )
         if self.closed:
             report.notes.append(

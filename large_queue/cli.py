@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import logging
 import math
 import os
 import sys
@@ -42,7 +43,7 @@ from large_queue import errors
 from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json
 from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS
 from large_queue.backends import connect
-from large_queue.queue import DEFAULT_APPENDS, Entry, Queue
+from large_queue.queue import DEFAULT_APPENDS, Entry, Queue, QueueInfo
 
 
 def _json_default(value: Any) -> Any:
@@ -86,11 +87,29 @@ def _finite(text: str) -> float:
     return value
 
 
+def _names_aerospike(url: str | None) -> bool:
+    """True if ``url`` (or, without one, the environment's) is an Aerospike URL: not to be connected
+    to by a command for embedded stores only."""
+    from large_queue.backends import URL_ENVIRONMENT_VARIABLE
+
+    return (url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or "").lower().startswith("aerospike:")
+
+
+def _json_entry(index: int, text: str) -> Any:
+    """Entry argument ``index`` of ``enqueue``, read as JSON (``InvalidArgumentError`` if it is not)."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise errors.InvalidArgumentError(f"entry {index} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise errors.InvalidArgumentError(f"entry {index} is nested too deeply to read") from None
+
+
 def _demo(url: str | None) -> None:
     store = connect(url)
     print(f"store: {store!r}")
     try:
-        queue = Queue.create(store, "demo", capacity=10, slots_per_record=3)
+        queue = Queue.create(store, "demo", capacity=12, slots_per_record=3)
     except errors.QueueExistsError:
         raise errors.QueueExistsError(
             "the demo makes (and deletes) a queue named 'demo', and this store already has one:"
@@ -102,7 +121,7 @@ def _demo(url: str | None) -> None:
             f"created {queue!r}: {queue.shape.record_count} buffer records"
             f" of {queue.shape.slots_per_record} slots"
         )
-        for n in range(12):
+        for n in range(13):  # one too many
             try:
                 offset = queue.enqueue({"msg-id": n, "text": f"message {n}"})
                 print(f"enqueued message {n} at offset {offset}")
@@ -110,7 +129,7 @@ def _demo(url: str | None) -> None:
                 print(f"message {n} refused: {exc}")
         print(
             "with overwrite_if_full the oldest entry makes room:",
-            queue.enqueue({"msg-id": 12, "text": "ring mode"}, overwrite_if_full=True),
+            queue.enqueue({"msg-id": 13, "text": "ring mode"}, overwrite_if_full=True),
         )
         info = queue.info()
         print(f"head {info.head_offset}, tail {info.tail_offset}, size {info.size}")
@@ -230,7 +249,12 @@ def _parser() -> argparse.ArgumentParser:
 
     create = command("create", "create a queue")
     create.add_argument("queue", help="queue name")
-    create.add_argument("--capacity", type=_positive_int, required=True, help="entries the queue holds")
+    create.add_argument(
+        "--capacity",
+        type=_positive_int,
+        required=True,
+        help="entries the queue holds (rounded up to whole buffer records: info shows the capacity made)",
+    )
     create.add_argument(
         "--slots-per-record",
         type=_positive_int,
@@ -276,17 +300,24 @@ def _parser() -> argparse.ArgumentParser:
         ("dequeue", "remove and print the head entry"),
         ("expire", "drop the entries older than the queue's max-age from the head now"),
         ("purge", "drop every entry of a queue now (the queue stays)"),
-        ("delete", "delete a queue and its records"),
     ]:
         command(name, text).add_argument("queue", help="queue name")
+    delete = command("delete", "delete a queue and its records (exit status 1 if there is no such queue)")
+    delete.add_argument("queue", help="queue name")
+    delete.add_argument("--if-exists", action="store_true", help="no queue of that name is not an error")
     groups = command(
         "groups", "show a queue's consumer groups (cursors, lag, in flight, lost, dead-lettered)"
     )
     groups.add_argument("queue", help="queue name")
     groups.add_argument("--create", metavar="GROUP", help="create this group first (at the queue's head)")
-    groups.add_argument("--delete", metavar="GROUP", help="delete this group first")
     groups.add_argument(
-        "--seek", metavar="GROUP", help="move this group's cursor first (to --to): replay, or skip ahead"
+        "--delete", metavar="GROUP", help="delete this group first (exit status 1 if there is no such group)"
+    )
+    groups.add_argument(
+        "--seek",
+        metavar="GROUP",
+        help="move this group's cursor first (to --to): replay, or skip ahead (where the group was the"
+        " slowest, the entries skipped leave the queue for good)",
     )
     groups.add_argument(
         "--to",
@@ -339,8 +370,8 @@ def _parser() -> argparse.ArgumentParser:
     torture.add_argument("--no-kills", action="store_true", help="do not SIGKILL workers")
     torture.add_argument(
         "--appends",
-        choices=("lock", "reserve"),
-        default="lock",
+        choices=(RESERVED_APPENDS, LOCKED_APPENDS),
+        default=DEFAULT_APPENDS,
         help="how producers append: under the lock, or by reserving offsets (then producers are also"
         " stopped between reserve and publish)",
     )
@@ -386,11 +417,19 @@ def _seek_target(text: str | None) -> int | str | datetime.datetime:
         ) from None
 
 
-def _stored_stats(queue: Queue) -> dict[str, Any]:
-    """The gauges a queue's records hold: its backlog, and where the cluster shim's consumers are."""
+def _damaged(info: QueueInfo) -> int:
+    """The exit status of ``info`` or ``stats``: 1, said on stderr, if part of the queue cannot be read."""
+    if info.damaged is None:
+        return 0
+    print(f"large-queue: queue {info.name!r} is damaged: {info.damaged}", file=sys.stderr)
+    return 1
+
+
+def _stored_stats(queue: Queue, info: QueueInfo) -> dict[str, Any]:
+    """The gauges a queue's records hold (``info`` read just now): its backlog, and where the cluster
+    shim's consumers are."""
     from large_queue.cluster import ownership_info
 
-    info = queue.info()
     stats: dict[str, Any] = {
         "queue": queue.name,
         "size": info.size,
@@ -399,6 +438,8 @@ def _stored_stats(queue: Queue) -> dict[str, Any]:
         "tail_offset": info.tail_offset,
         "locked_by": info.lock_owner,
     }
+    if info.damaged is not None:
+        stats["damaged"] = info.damaged
     with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
         shared = ownership_info(queue)
         stats["consumers"] = {
@@ -432,6 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    _log_to_stderr()
     if getattr(args, "hole_timeout", None) is not None and args.appends == LOCKED_APPENDS:
         parser.error("--hole-timeout applies to --appends reserve only (locked appends leave no holes)")
     try:
@@ -461,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "compact":
             from large_queue.backends.embedded import EmbeddedBackend
 
-            store = connect(args.url, create=False)
+            store = None if _names_aerospike(args.url) else connect(args.url, create=False)
             if not isinstance(store, EmbeddedBackend):
                 raise errors.InvalidArgumentError(
                     "compact is for embedded stores: Aerospike reclaims space itself"
@@ -483,22 +525,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(report.lines()))
             return 0 if report.ok else 1
         elif args.command == "delete":
-            _print(
-                {
-                    "deleted": Queue.delete(
-                        connect(args.url, create=False), args.queue, namespace=args.namespace
-                    )
-                }
-            )
+            deleted = Queue.delete(connect(args.url, create=False), args.queue, namespace=args.namespace)
+            _print({"deleted": deleted})
+            if not deleted and not args.if_exists:
+                raise errors.QueueNotFoundError(f"there is no queue {args.queue!r}", queue=args.queue)
         else:
             queue = Queue.open(connect(args.url, create=False), args.queue, namespace=args.namespace)
             if args.command == "info":
                 from large_queue.cluster import ownership_info
 
-                described = dataclasses.asdict(queue.info())  # one JSON document, whatever it holds
+                info = queue.info()
+                described = dataclasses.asdict(info)  # one JSON document, whatever it holds
                 with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
                     described["ownership"] = dataclasses.asdict(ownership_info(queue))
                 _print(described)
+                return _damaged(info)
             elif args.command == "groups":
                 if args.to is not None and args.seek is None:
                     raise errors.InvalidArgumentError("--to says where --seek moves a group: give --seek too")
@@ -509,6 +550,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     check_new_group(args.create)
                 if args.delete is not None:
                     check_group(args.delete)
+                    if args.delete != args.create and args.delete not in queue.current_metadata().groups:
+                        raise errors.InvalidArgumentError(
+                            f"queue {queue.name!r} has no consumer group {args.delete!r}"
+                        )
                 if args.seek is not None:
                     check_seek(queue, args.seek, target)
                 if args.create is not None:
@@ -521,7 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for group in queue.groups():
                     _print(group)
             elif args.command == "stats":
-                _print(_stored_stats(queue))
+                info = queue.info()
+                _print(_stored_stats(queue, info))
+                return _damaged(info)
             elif args.command == "dequeue":
                 _print(_entry(_dequeue(queue)))
             elif args.command in ("expire", "purge"):
@@ -533,15 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for entry in queue.peek(args.count, start=args.start):
                     _print(_entry(entry))
             elif args.command == "enqueue":
-                try:
-                    values = [
-                        json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-                        for text in args.entries
-                    ]
-                except ValueError as exc:  # json.JSONDecodeError is one
-                    raise errors.InvalidArgumentError(f"an entry is not valid JSON: {exc}") from None
-                except RecursionError:
-                    raise errors.InvalidArgumentError("an entry is nested too deeply to read") from None
+                values = [_json_entry(index, text) for index, text in enumerate(args.entries)]
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})
     except errors.LargeQueueError as exc:
@@ -557,6 +596,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     return 0
+
+
+def _log_to_stderr() -> None:
+    """The library's warnings (entries dropped, a lock broken) on stderr as the command's own lines,
+    where the program that called :func:`main` has not set up logging itself."""
+    log = logging.getLogger("large_queue")
+    if log.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("large-queue: %(message)s"))
+    log.addHandler(handler)
 
 
 def _dequeue(queue: Queue) -> Entry | None:

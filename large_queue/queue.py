@@ -29,7 +29,6 @@ commands under the lock in :mod:`large_queue._locked`.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,7 +71,6 @@ if TYPE_CHECKING:
     from large_queue.cluster import Consumer, GroupInfo
     from large_queue.producer import Producer
 
-log = logging.getLogger("large_queue")
 
 #: how new queues append unless told otherwise
 DEFAULT_APPENDS = rec.RESERVED_APPENDS
@@ -100,6 +98,9 @@ class QueueInfo:
     hole_timeout: float | None = None  #: seconds a reader waits on an unpublished reservation ("reserve")
     max_age: float | None = None  #: seconds an entry is kept after its enqueue (None: however old)
     groups: tuple[GroupInfo, ...] = ()  #: the consumer groups: cursors, lag, in flight, lost, dead-lettered
+    #: what keeps readers from the published prefix's end (a buffer record that cannot be read):
+    #: ``tail_offset`` and ``size`` then stop at what is known settled. None: nothing found
+    damaged: str | None = None
 
 
 class Queue:
@@ -723,17 +724,19 @@ class Queue:
         """Name, namespaces, shape, head, tail, size and lock holder, as stored now.
 
         Where producers append without the lock, ``tail_offset`` is the end of
-        the published prefix (what readers see; short of a buffer record that
-        cannot be read) and ``reserved_tail`` the end of what producers have
-        reserved.
+        the published prefix (what readers see) and ``reserved_tail`` the end
+        of what producers have reserved. Where a buffer record on the way
+        cannot be read, ``damaged`` says so and ``tail_offset`` stops at what
+        readers are known to have settled.
         """
         metadata = self.current_metadata()
         tail = metadata.tail
+        damaged = None
         if self.reserved:
             try:
                 tail = self._published_tail(metadata)
-            except errors.CorruptQueueError:  # a damaged buffer record: what is known settled
-                log.warning("queue %r: the published prefix ends at a record that cannot be read", self.name)
+            except errors.CorruptQueueError as exc:  # a damaged buffer record: what is known settled
+                damaged = f"{exc} (large-queue check {self.name} names what is lost)"
                 tail = max(metadata.head, metadata.published)
         return QueueInfo(
             name=self.name,
@@ -754,6 +757,7 @@ class Queue:
             hole_timeout=metadata.hole_timeout_ms / 1000 if self.reserved else None,
             max_age=metadata.max_age_ms / 1000 if metadata.max_age_ms is not None else None,
             groups=tuple(self._describe_groups(metadata, tail)),
+            damaged=damaged,
         )
 
     def _describe_groups(self, metadata: rec.Metadata, tail: int) -> list[GroupInfo]:

@@ -195,7 +195,9 @@ def test_check_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_demo_command(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--url", place.url, "demo"]) == 0
-    assert "empty now: True" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "message 12 refused: queue 'demo' has 0 free slots" in out  # capacity 12: the 13th is refused
+    assert "empty now: True" in out
 
 
 @pytest.mark.parametrize(
@@ -310,6 +312,23 @@ def test_a_reserving_queue_repaired_closes_what_it_lost_and_says_so(store: Store
     report = check_queue(store.backend, queue.name)
     assert (report.ok, report.live_entries) == (True, 4), report.lines()
     assert [e.value for e in queue.dequeue_batch(10)] == [0, 1, 2, 6]  # at once, not after the hole timeout
+
+
+def test_a_repair_that_closes_a_batch_names_its_parts_in_intact_records(store: Store) -> None:
+    queue = store.new_queue(capacity=10, slots_per_record=5, appends="reserve", hole_timeout=60.0)
+    queue.enqueue_batch(range(7))  # one batch: offsets 0..4 in record 0, its last two in record 1
+    queue.enqueue(7)
+    store.backend.remove(queue.keys.buffer(1))
+    repaired = check_queue(store.backend, queue.name, repair=True)
+    assert repaired.repaired == [
+        "buffer record 1 was missing and was recreated empty; the live offsets it held are gone: 5, 6, 7",
+        "offsets 0, 1, 2, 3, 4 were closed too, though their records are intact: they belong to batches"
+        " whose last offset the missing records held, and a batch is delivered whole or not at all"
+        " (whether it had been published cannot be told)",
+    ]
+    assert not any("producers failed" in note for note in repaired.notes), repaired.notes
+    assert (repaired.ok, repaired.live_entries) == (True, 0)
+    assert queue.dequeue_batch(10) == []
 
 
 def test_published_offsets_that_hold_no_entry_are_named_lost(store: Store) -> None:

@@ -204,3 +204,84 @@ def test_bench_spark_without_the_spark_extra_says_what_to_install(
     assert main(["bench", "--spark"]) == 1
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and "pip install 'large-queue[spark]'" in said[0]
+
+
+def test_info_and_stats_of_a_queue_readers_cannot_settle_say_so_and_fail(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    backend = place.connect()
+    queue = Queue.create(backend, name, capacity=10, slots_per_record=5)
+    queue.enqueue_batch(range(7))
+    backend.remove(queue.keys.buffer(1))  # lost with the batch's last offset
+    for command in ("info", "stats"):
+        assert main(["--url", place.url, command, name]) == 1
+        captured = capsys.readouterr()
+        damaged = json.loads(captured.out)["damaged"]
+        assert "buffer record 1" in damaged and f"large-queue check {name}" in damaged
+        assert captured.err == f"large-queue: queue {name!r} is damaged: {damaged}\n"
+    assert main(["--url", place.url, "check", "--repair", name]) == 0
+    capsys.readouterr()
+    assert main(["--url", place.url, "info", name]) == 0
+    assert json.loads(_out(capsys))["damaged"] is None
+
+
+def test_deleting_what_is_not_there_fails_unless_asked_not_to(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    assert main(["--url", place.url, "create", place.name("other"), "--capacity", "4"]) == 0  # the store is
+    capsys.readouterr()
+    assert main(["--url", place.url, "delete", name]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"deleted": False}
+    assert captured.err == f"large-queue: QueueNotFoundError: there is no queue {name!r}\n"
+    assert main(["--url", place.url, "delete", "--if-exists", name]) == 0
+    assert json.loads(_out(capsys)) == {"deleted": False}
+    assert main(["--url", place.url, "create", name, "--capacity", "4"]) == 0
+    assert main(["--url", place.url, "groups", name, "--create", "a"]) == 0
+    capsys.readouterr()
+    assert main(["--url", place.url, "groups", name, "--create", "b", "--delete", "typo"]) == 1
+    assert capsys.readouterr().err == (
+        f"large-queue: InvalidArgumentError: queue {name!r} has no consumer group 'typo'\n"
+    )
+    assert [g.name for g in Queue.open(place.connect(), name).groups()] == ["a"]  # b not made either
+    assert main(["--url", place.url, "delete", name]) == 0
+    assert json.loads(_out(capsys)) == {"deleted": True}
+
+
+def test_an_entry_that_is_not_json_is_named_by_its_place(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    assert main(["--url", place.url, "create", name, "--capacity", "4"]) == 0
+    assert main(["--url", place.url, "enqueue", name, "1", "{"]) == 1
+    assert "InvalidArgumentError: entry 1 is not valid JSON:" in capsys.readouterr().err
+    assert Queue.open(place.connect(), name).info().size == 0  # the batch is all or none
+
+
+def test_compact_of_an_aerospike_url_is_refused_without_connecting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        main(["--url", "aerospike://192.0.2.1:3000/test?timeout_ms=60000", "compact"]) == 1
+    )  # TEST-NET: no host
+    assert capsys.readouterr().err == (
+        "large-queue: InvalidArgumentError: compact is for embedded stores: Aerospike reclaims space itself\n"
+    )
+
+
+def test_the_librarys_warnings_are_the_commands_own_lines(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"embedded://{tmp_path}/s.db"
+    script = (
+        "import sys, time; from large_queue import Queue, connect; from large_queue.cli import main;"
+        f" q = Queue.create(connect({url!r}), 'aged', capacity=4, max_age=0.05); q.enqueue(1);"
+        f" time.sleep(0.2); sys.exit(main(['--url', {url!r}, 'expire', 'aged']))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dropped"] == 1
+    assert done.stderr.startswith("large-queue: queue 'aged': 1 entries older than max_age were dropped")

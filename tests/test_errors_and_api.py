@@ -289,7 +289,8 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
     for bad, message in [
         ("redis://x", "unknown store URL"),
         ("embedded://", "names no file"),
-        ("aerospike://nohost/test", "not host:port"),
+        ("aerospike://:3000/test", "not host:port"),
+        (f"embedded://{tmp_path}/a%00b.db", r"a NUL character \(%00\)"),
         (f"embedded://{tmp_path}/c.db?record_size_limit=big", "not a positive integer"),
         ("embedded://tmp/x.db", r"names a host \('tmp'\).* use embedded:///tmp/x.db \(three slashes\)"),
         (f"embedded://{tmp_path}/d.db?namespace=x", r"unknown parameter\(s\) namespace in"),
@@ -320,9 +321,21 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
     assert not os.path.exists(f"{tmp_path}/new")
 
 
-def test_unreachable_aerospike_is_a_clear_error() -> None:
-    with pytest.raises(errors.BackendUnavailableError):
-        connect("aerospike://127.0.0.1:1/test?timeout_ms=200")
+def test_unreachable_aerospike_is_a_clear_error_that_names_where_it_tried() -> None:
+    with pytest.raises(errors.BackendUnavailableError, match=r"\(hosts 127\.0\.0\.1:1, \[::1\]:2\)$"):
+        connect("aerospike://127.0.0.1:1,[::1]:2/test?timeout_ms=200")
+
+
+def test_an_aerospike_host_without_a_port_is_on_the_servers_default_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from large_queue.backends.aerospike import AerospikeBackend, AerospikeSettings
+
+    asked: list[AerospikeSettings] = []
+    monkeypatch.setattr(AerospikeBackend, "connect", asked.append)  # what the URL was read as, no more
+    connect("aerospike://db1,db2:4000,[::1]/events")
+    assert asked[0].hosts == (("db1", 3000), ("db2", 4000), ("::1", 3000))
+    assert asked[0].namespace == "events"
 
 
 def test_an_aerospike_url_without_the_client_package_is_a_library_error(

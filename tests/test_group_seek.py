@@ -113,8 +113,11 @@ def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[st
     assert "--to must be" in capsys.readouterr().err
     for to, said in [
         ("2000-01-01T00:00:00", "time zone"),
-        ("-5", "cannot seek to offset -5"),
-        ("9", "offset 9"),
+        ("-5", "cannot seek to offset -5: the queue holds offsets 0 to 3 (below the head, entries are gone)"),
+        (
+            "9",
+            "cannot seek to offset 9: the queue holds offsets 0 to 3 (past the tail, nothing is there yet)",
+        ),
     ]:
         assert main(["--url", place.url, "groups", name, *bad[:4], "--seek", "g", "--to", to]) == 1
         assert said in capsys.readouterr().err  # refused before the group was made or the other deleted

@@ -2,7 +2,7 @@
 
 ``connect()`` picks a store from a URL:
 
-- ``aerospike://host:port[,host:port]/namespace`` with optional query
+- ``aerospike://host:port[,host:port]/namespace`` (port 3000 where none is given) with optional query
   parameters ``user``, ``password``, ``tls_name``, ``cafile``, ``timeout_ms``;
 - ``embedded:///path/to/store.db`` with optional ``namespaces`` (comma
   separated), ``record_size_limit`` (bytes) and ``synchronous``
@@ -42,6 +42,8 @@ from large_queue.backends._base import (
 )
 
 URL_ENVIRONMENT_VARIABLE = "LARGE_QUEUE_URL"
+#: the port of a host given without one in an ``aerospike://`` URL (the server's own default)
+DEFAULT_AEROSPIKE_PORT = 3000
 
 __all__ = [
     "URL_ENVIRONMENT_VARIABLE",
@@ -154,6 +156,8 @@ def _from_url(url: str, *, create: bool) -> Backend:
         path = os.path.expanduser(unquote(parts.path))  # embedded:~/queues.db is in the home directory
         if not path:
             raise errors.InvalidArgumentError(f"{url!r} names no file: use embedded:///path/to/store.db")
+        if "\x00" in path:
+            raise errors.InvalidArgumentError(f"{url!r} names a file with a NUL character (%00) in its path")
         namespaces = [n.strip() for n in (_single(query, "namespaces", url) or "test").split(",")]
         if not all(namespaces):
             raise errors.InvalidArgumentError(f"namespaces= in {url!r} names an empty namespace")
@@ -176,9 +180,11 @@ def _from_url(url: str, *, create: bool) -> Backend:
         hosts = []
         for item in parts.netloc.split("@")[-1].split(","):
             host, _, port = item.rpartition(":")
+            if ":" not in item or item.endswith("]"):  # no port given: the server's default
+                host, port = item, str(DEFAULT_AEROSPIKE_PORT)
             if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
                 raise errors.InvalidArgumentError(
-                    f"host {item!r} in {url!r} is not host:port (a port from 1 to 65535)"
+                    f"host {item!r} in {url!r} is not host:port or host (a port from 1 to 65535)"
                 )
             hosts.append((host.strip("[]"), int(port)))
         namespace = parts.path.strip("/") or "test"

@@ -420,10 +420,15 @@ class AerospikeBackend(Backend):
     @classmethod
     def connect(cls, settings: AerospikeSettings) -> AerospikeBackend:
         """Open a new client for ``settings``."""
-        with mapped_errors:
-            client = aerospike.client(settings.client_config())
-            if not client.is_connected():
-                client.connect()
+        try:
+            with mapped_errors:
+                client = aerospike.client(settings.client_config())
+                if not client.is_connected():
+                    client.connect()
+        except errors.BackendUnavailableError as exc:  # say where it tried: the client does not
+            hosts = ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in settings.hosts)
+            exc.args = (f"{exc} (hosts {hosts})", *exc.args[1:])
+            raise
         return cls(
             client, namespace=settings.namespace, owns_client=True, total_timeout_ms=settings.total_timeout_ms
         )

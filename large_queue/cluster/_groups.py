@@ -439,9 +439,10 @@ def check_seek(queue: Queue, name: str, to: object) -> None:
 
 
 def _out_of_range(queue: Queue, name: str, offset: int, head: int, end: int) -> errors.InvalidArgumentError:
+    why = "below the head, entries are gone" if offset < head else "past the tail, nothing is there yet"
     return errors.InvalidArgumentError(
         f"group {name!r} of queue {queue.name!r} cannot seek to offset {offset}: the queue holds"
-        f" offsets {head} to {end} (below the head, entries are gone)"
+        f" offsets {head} to {end} ({why})"
     )
 
 

@@ -326,7 +326,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     enqueue = command("enqueue", "append entries given as JSON, all or none")
     enqueue.add_argument("queue", help="queue name")
-    enqueue.add_argument("entries", nargs="+", help="one JSON value per entry")
+    enqueue.add_argument(
+        "entries", nargs="+", help="one JSON value per entry; - alone: one per line of standard input"
+    )
     enqueue.add_argument(
         "--overwrite-if-full", action="store_true", help="drop the oldest entries to make room"
     )
@@ -580,7 +582,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for entry in queue.peek(args.count, start=args.start):
                     _print(_entry(entry))
             elif args.command == "enqueue":
-                values = [_json_entry(index, text) for index, text in enumerate(args.entries)]
+                texts = args.entries
+                if texts == ["-"]:  # blank lines are no entries
+                    texts = [line for line in sys.stdin.read().splitlines() if line.strip()]
+                values = [_json_entry(index, text) for index, text in enumerate(texts)]
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})
     except errors.LargeQueueError as exc:

@@ -285,3 +285,21 @@ def test_the_librarys_warnings_are_the_commands_own_lines(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["dropped"] == 1
     assert done.stderr.startswith("large-queue: queue 'aged': 1 entries older than max_age were dropped")
+
+
+def test_enqueue_reads_entries_from_standard_input_one_a_line(
+    place: Place, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    name = place.name("q")
+    assert main(["--url", place.url, "create", name, "--capacity", "4"]) == 0
+    big = "x" * 200_000  # past what one argument of a command line may hold
+    monkeypatch.setattr("sys.stdin", io.StringIO(f'{{"a": 1}}\n\n"{big}"\n'))
+    capsys.readouterr()
+    assert main(["--url", place.url, "enqueue", name, "-"]) == 0
+    assert json.loads(_out(capsys)) == {"offsets": [0, 1]}
+    assert [e.value for e in Queue.open(place.connect(), name).peek(5)] == [{"a": 1}, big]
+    monkeypatch.setattr("sys.stdin", io.StringIO('3\n{"b"\n'))
+    assert main(["--url", place.url, "enqueue", name, "-"]) == 1
+    assert "entry 1 is not valid JSON" in capsys.readouterr().err

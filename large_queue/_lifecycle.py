@@ -74,6 +74,44 @@ def seconds(name: str, value: object, *, most: float = 86400.0, zero: bool = Fal
     return float(number)
 
 
+def check_options(
+    name: str,
+    *,
+    capacity: int,
+    slots_per_record: int | None,
+    lock_ttl: float,
+    record_size_limit: int | None,
+    appends: str,
+    hole_timeout: float,
+) -> None:
+    """The checks of :func:`create` that need no store: ``InvalidArgumentError`` naming the first bad option.
+
+    The command line makes them before it opens a store (which makes an
+    embedded store's file).
+    """
+    rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+    positive_int("capacity", capacity)
+    if slots_per_record is not None:
+        positive_int("slots_per_record", slots_per_record)
+    if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
+        raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
+    if appends not in (rec.LOCKED_APPENDS, rec.RESERVED_APPENDS):
+        raise errors.InvalidArgumentError(
+            f"appends must be {rec.RESERVED_APPENDS!r} or {rec.LOCKED_APPENDS!r}, got {appends!r}"
+        )
+    if type(hole_timeout) not in (int, float) or not 0.001 <= hole_timeout <= 86400:
+        raise errors.InvalidArgumentError(
+            f"hole_timeout must be 0.001 to 86400 seconds, got {hole_timeout!r}"
+        )
+    if record_size_limit is not None and (
+        type(record_size_limit) is not int or record_size_limit < MIN_RECORD_SIZE_LIMIT
+    ):
+        raise errors.InvalidArgumentError(
+            f"record_size_limit must be an int of at least {MIN_RECORD_SIZE_LIMIT} bytes,"
+            f" got {record_size_limit!r}"
+        )
+
+
 def create(
     backend: Backend,
     name: str,
@@ -95,32 +133,20 @@ def create(
 
     See ``Queue.create`` for the options; ``QueueExistsError`` if the name is taken.
     """
-    rec.check_name("queue name", name, rec.MAX_QUEUE_NAME_BYTES)
+    check_options(
+        name,
+        capacity=capacity,
+        slots_per_record=slots_per_record,
+        lock_ttl=lock_ttl,
+        record_size_limit=record_size_limit,
+        appends=appends,
+        hole_timeout=hole_timeout,
+    )
     namespace = rec.check_name("namespace", namespace or backend.default_namespace, rec.MAX_NAMESPACE_BYTES)
     buffer_namespace = rec.check_name(
         "buffer namespace", buffer_namespace or namespace, rec.MAX_NAMESPACE_BYTES
     )
-    positive_int("capacity", capacity)
     encoding = check_encoding(encoding)
-    if slots_per_record is not None:
-        positive_int("slots_per_record", slots_per_record)
-    if type(lock_ttl) not in (int, float) or not 0.001 <= lock_ttl <= 86400:
-        raise errors.InvalidArgumentError(f"lock_ttl must be 0.001 to 86400 seconds, got {lock_ttl!r}")
-    if appends not in (rec.LOCKED_APPENDS, rec.RESERVED_APPENDS):
-        raise errors.InvalidArgumentError(
-            f"appends must be {rec.RESERVED_APPENDS!r} or {rec.LOCKED_APPENDS!r}, got {appends!r}"
-        )
-    if type(hole_timeout) not in (int, float) or not 0.001 <= hole_timeout <= 86400:
-        raise errors.InvalidArgumentError(
-            f"hole_timeout must be 0.001 to 86400 seconds, got {hole_timeout!r}"
-        )
-    if record_size_limit is not None and (
-        type(record_size_limit) is not int or record_size_limit < MIN_RECORD_SIZE_LIMIT
-    ):
-        raise errors.InvalidArgumentError(
-            f"record_size_limit must be an int of at least {MIN_RECORD_SIZE_LIMIT} bytes,"
-            f" got {record_size_limit!r}"
-        )
     store_limit = backend.max_record_bytes(buffer_namespace)
     if store_limit < MIN_RECORD_SIZE_LIMIT:
         raise errors.InvalidArgumentError(

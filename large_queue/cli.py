@@ -486,22 +486,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "torture":
             return _torture(args)
         elif args.command == "create":
-            _print(
-                Queue.create(
-                    connect(args.url),
-                    args.queue,
-                    capacity=args.capacity,
-                    slots_per_record=args.slots_per_record,
-                    namespace=args.namespace,
-                    buffer_namespace=args.buffer_namespace,
-                    lock_ttl=args.lock_ttl,
-                    record_size_limit=args.record_size_limit,
-                    encoding=args.encoding,
-                    appends=args.appends,
-                    hole_timeout=2.0 if args.hole_timeout is None else args.hole_timeout,
-                    max_age=args.max_age,
-                ).info()
+            from large_queue._lifecycle import check_options
+
+            shape = {
+                "capacity": args.capacity,
+                "slots_per_record": args.slots_per_record,
+                "lock_ttl": args.lock_ttl,
+                "record_size_limit": args.record_size_limit,
+                "appends": args.appends,
+                "hole_timeout": 2.0 if args.hole_timeout is None else args.hole_timeout,
+            }
+            check_options(args.queue, **shape)  # before the store is opened (and its file made)
+            created = Queue.create(
+                connect(args.url),
+                args.queue,
+                namespace=args.namespace,
+                buffer_namespace=args.buffer_namespace,
+                encoding=args.encoding,
+                max_age=args.max_age,
+                **shape,
             )
+            _print(created.info())
         elif args.command == "compact":
             from large_queue.backends.embedded import EmbeddedBackend
 

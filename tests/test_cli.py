@@ -303,3 +303,16 @@ def test_enqueue_reads_entries_from_standard_input_one_a_line(
     monkeypatch.setattr("sys.stdin", io.StringIO('3\n{"b"\n'))
     assert main(["--url", place.url, "enqueue", name, "-"]) == 1
     assert "entry 1 is not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [(["bad name"], "queue name 'bad name'"), (["q", "--record-size-limit", "5"], "record_size_limit")],
+)
+def test_a_refused_create_makes_no_store_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], said: str
+) -> None:
+    path = tmp_path / "new" / "store.db"
+    assert main(["--url", f"embedded://{path}", "create", "--capacity", "4", *options]) == 1
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

@@ -169,6 +169,26 @@ def test_a_message_acked_under_an_earlier_epoch_is_acked_again_as_a_no_op(store:
         assert ownership_info(queue).in_flight == 0
 
 
+def test_a_message_acked_before_the_queue_moved_to_another_node_is_acked_again_as_a_no_op(
+    store: Store,
+) -> None:
+    queue = store.new_queue()
+    queue.enqueue_batch(["a", "b"])
+    timing = {"time_slice": 0.2, "timeout": 5.0, "poll_interval": 0.05}
+    with queue.consumer("n1", **timing) as first_node:
+        acked, held = receive_all(first_node, 2)
+        acked.ack()
+        with queue.consumer("n2", **timing) as second_node:
+            deadline = time.monotonic() + 5
+            while not second_node.owning and time.monotonic() < deadline:
+                first_node.receive(1, timeout=0.05)  # n1's slice ends: the queue goes to n2
+            assert second_node.owning and not first_node.owning
+            acked.ack()  # acked by n1's ownership, whose commit stands: nothing to do
+            with pytest.raises(OwnershipLostError, match=r"cannot settle offsets \[1\]"):
+                held.ack()  # never acked: the new owner delivers it again
+            assert [m.value for m in receive_all(second_node, 1)] == ["b"]
+
+
 def test_extend_never_brings_a_message_back_sooner(store: Store) -> None:
     queue = store.new_queue()
     queue.enqueue_batch(["never", "later"])

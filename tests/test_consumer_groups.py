@@ -25,7 +25,7 @@ from large_queue import (
 )
 from large_queue.cluster import Consumer, Message, _groups
 from large_queue.cluster._dead_letters import DeadLetters
-from tests.fix_backends import Place, Store, meanwhile
+from tests.fix_backends import APPENDS, Place, Store, meanwhile
 from tests.fix_consumers import FAST, receive_all
 
 
@@ -228,6 +228,26 @@ def test_overwritten_entries_are_reported_to_the_group_as_lost(store: Store) -> 
         got = receive_all(consumer, 6)
         assert [m.value for m in got] == [2, 3, 4, 5, 6, 7]
     assert queue.group("slow").lost == 2
+
+
+@pytest.mark.parametrize("appends", APPENDS)
+def test_entries_overwritten_below_the_tail_an_owner_saw_are_counted_lost(store: Store, appends: str) -> None:
+    """The owner reads the head only when it looks past the tail it saw: what a later lap took below
+    that tail is lost all the same, not skipped."""
+    queue = store.new_queue(capacity=6, slots_per_record=3, appends=appends)
+    queue.create_group("g")
+    queue.enqueue_batch(range(6))
+    with _consumer(queue, "g", on_data_loss="fail") as consumer:
+        (first,) = receive_all(consumer, 1)  # offset 0; this read saw the tail at 6
+        first.ack()
+        queue.enqueue_batch([6, 7, 8], overwrite_if_full=True)  # drops 1 and 2, never delivered
+        with pytest.raises(DataLossError) as raised:
+            consumer.receive(5, timeout=0)
+        assert (raised.value.count, raised.value.lost) == (2, range(1, 3))  # type: ignore[attr-defined]
+        got = receive_all(consumer, 6)
+        assert [m.value for m in got] == [3, 4, 5, 6, 7, 8]
+        consumer.ack(got)
+    assert queue.group("g").lost == 2
 
 
 def test_a_waiting_dequeue_returns_when_an_entry_is_published(store: Store) -> None:

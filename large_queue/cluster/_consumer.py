@@ -370,9 +370,10 @@ class Consumer(Turns):
     def _current(self, messages: list[Message]) -> list[Message]:
         """``messages``, checked to be this consumer's and this ownership's latest deliveries (else raise).
 
-        A message an earlier ownership of this node delivered whose offset has
-        been acked since (below the cursor and not in flight) is left out:
-        acking it again changes nothing.
+        A message acked since it was delivered is left out (acking it again
+        changes nothing): one an earlier ownership of this node delivered
+        whose offset is below the cursor and not in flight, and one this
+        node's last ownership delivered and acked, whoever owns the queue now.
         """
         self._here()
         if not isinstance(messages, (list, tuple)):
@@ -389,13 +390,15 @@ class Consumer(Turns):
                     f" {self.queue.name!r}, group {self.group!r}): settle each message with its own"
                     " consumer, as message.ack() does"
                 )
-            if m.epoch == epoch:
+            if m.epoch == epoch and owning:
                 current.append(m)
-            elif not owning or m.offset in inflight or m.offset >= cursor:
+            elif m.offset in inflight or m.offset >= cursor or (m.epoch != epoch and not owning):
                 stale.append(m.offset)
-        if stale or not owning:
+            # else acked since it was delivered: by this ownership (this node's commit of it stands,
+            # whoever owns the queue now), or by a later one of this node
+        if stale:
             raise errors.OwnershipLostError(
-                f"node {self.node_id!r} cannot settle offsets {stale or [m.offset for m in messages]}:"
+                f"node {self.node_id!r} cannot settle offsets {stale}:"
                 " it no longer owns the queue under the epoch that delivered them; the new owner"
                 " redelivers them",
                 queue=self.queue.name,
@@ -500,6 +503,11 @@ class Consumer(Turns):
             )
         return delivered
 
+    def _overwritten(self, offset: int) -> None:
+        log.warning(
+            "queue %r: offset %d was overwritten before %s acked it", self.queue.name, offset, self._who()
+        )
+
     def _who(self) -> str:
         return f"group {self.group!r}" if self.group is not None else f"node {self.node_id!r}"
 
@@ -526,6 +534,9 @@ class Consumer(Turns):
         settled_end = None
         # the settled entries' (value, enqueued_at_ms) by offset
         known: dict[int, tuple[Any, int]] = {}
+        # offsets whose slot a later lap took, or whose entry is older than max_age: lost, like those
+        # below the head
+        lost_again: set[int] = set()
         if self.queue.reserved and fresh:  # only the published prefix; a hole waited on long enough is closed
             run = read.run(fresh[0], fresh[-1] + 1)
             settled = settle_plain(fresh[0], run) if run is not None else None  # the common read: all entries
@@ -539,13 +550,13 @@ class Consumer(Turns):
                 fresh = [o for o in fresh if o < settled.end and o in published]
             known = decoded(self.queue.encoding, entries)
             settled_end = settled.end
+            for offset in settled.overwritten:  # below the tail this owner saw: the head was not read
+                self._overwritten(offset)
+                lost_again.add(offset)
             if settled.end == cursor and not redeliver:
                 self.queue.prefix.close_overdue(settled)
         inflight = {o: c for o, c in self._inflight.items() if o >= self._queue_head}
         delivered: list[Message | Entry] = []
-        # offsets whose slot a later lap took, or whose entry is older than max_age: lost, like those
-        # below the head
-        lost_again: set[int] = set()
         cutoff = _retention.expired_before(self.queue, self.queue.store_clock)
         expired = 0
         queue_head, dead_letters, epoch, group = self._queue_head, self.dead_letters, self._epoch, self.group
@@ -559,12 +570,7 @@ class Consumer(Turns):
                 )
             count = inflight.pop(offset, 0) + 1
             if entry is None:
-                log.warning(
-                    "queue %r: offset %d was overwritten before %s acked it",
-                    self.queue.name,
-                    offset,
-                    self._who(),
-                )
+                self._overwritten(offset)
                 lost_again.add(offset)
                 continue
             if cutoff is not None and entry[1] < cutoff:  # older than max_age

@@ -352,6 +352,26 @@ def bytes_as_json(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def json_key(key: Any) -> Any:
+    """A map key as JSON can hold it: bytes as ``"$bytes:<base64>"`` (a JSON key is a string)."""
+    if isinstance(key, (bytes, bytearray)):
+        return "$bytes:" + base64.b64encode(bytes(key)).decode()
+    return key
+
+
+def json_keys(value: Any) -> Any:
+    """``value`` with every bytes map key in it as :func:`json_key` says (the same object if none is)."""
+    kind = type(value)
+    if kind is dict:
+        items = {json_key(key): json_keys(item) for key, item in value.items()}
+        same = len(items) == len(value) and all(items.get(key) is item for key, item in value.items())
+        return value if same else items
+    if kind is list:
+        elements = [json_keys(item) for item in value]
+        return value if all(new is old for new, old in zip(elements, value, strict=True)) else elements
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Entry:
     """One queue entry: its offset, its value and when it was enqueued (ms since the epoch, store's clock).

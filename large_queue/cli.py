@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json
+from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json, json_key
 from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS
 from large_queue.backends import connect
 from large_queue.queue import DEFAULT_APPENDS, Entry, Queue, QueueInfo
@@ -64,16 +64,10 @@ def _standard(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {_key(key): _standard(item) for key, item in value.items()}
+        return {json_key(key): _standard(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_standard(item) for item in value]
     return value
-
-
-def _key(key: Any) -> Any:
-    if isinstance(key, (bytes, bytearray)):
-        return "$bytes:" + bytes_as_json(key)["$bytes"]
-    return key
 
 
 def _no_constant(name: str) -> Any:

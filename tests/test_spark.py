@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from large_queue import Queue, QueueNotFoundError, connect
+from large_queue import Queue, QueueFullError, QueueNotFoundError, connect
 from tests.fix_backends import Place
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -310,6 +310,51 @@ def test_a_stream_read_as_a_group_commits_its_cursor_and_holds_back_the_head(
     assert queue.info().head_offset == 12  # the only group now: the head follows its cursor
     with pytest.raises(Exception, match="for streaming reads"):
         reader(spark, url, "events").option("group", "spark").load().collect()
+
+
+def test_a_group_streams_batch_planned_in_a_deleted_creation_acks_nothing_of_the_new_one(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    Queue.create(connect(url), "events", capacity=20, slots_per_record=5).enqueue_batch(range(8))
+    batches: list[list[int]] = []
+    options = {"group": "g", "failOnDataLoss": "false"}
+    _stream(spark, url, "events", tmp_path / "c", batches, maxOffsetsPerTrigger=4, **options)
+    assert [o for b in batches for o in b] == list(range(8))  # [4, 8) is not committed yet
+    Queue.delete(connect(url), "events")
+    queue = Queue.create(connect(url), "events", capacity=20, slots_per_record=5)
+    queue.enqueue_batch(range(100, 112))
+    batches.clear()
+    _stream(spark, url, "events", tmp_path / "c", batches, **options)  # commits [4, 8) of the old one first
+    assert [o for b in batches for o in b] == list(range(12))  # the new creation from its head, all of it
+    assert queue.group("g").acked_offset == 10  # its own micro-batches only (each half the capacity)
+
+
+def test_a_group_stream_over_a_queue_no_larger_than_a_micro_batch_keeps_its_producer_going(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    queue = Queue.create(connect(url), "events", capacity=6, slots_per_record=3)
+    queue.enqueue_batch(range(6))  # full before the stream starts
+    seen: list[int] = []
+    stream = spark.readStream.format("large_queue").option("url", url).option("queue", "events")
+    query = (
+        stream.option("group", "g")
+        .load()
+        .writeStream.foreachBatch(lambda frame, _: seen.extend(r.offset for r in frame.collect()))
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .start()
+    )
+    try:
+        produced, deadline = 6, time.monotonic() + 90
+        while produced < 20 and time.monotonic() < deadline:  # room comes only as the stream commits
+            with contextlib.suppress(QueueFullError):
+                queue.enqueue(produced)
+                produced += 1
+            time.sleep(0.05)
+        while len(seen) < 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    assert produced == 20 and sorted(seen) == list(range(20)), (produced, seen)
 
 
 def test_reads_see_only_the_published_prefix_of_lock_free_appends(spark: Any, url: str) -> None:
@@ -640,6 +685,25 @@ def test_a_float_with_a_fraction_in_an_integer_column_of_a_schema_is_refused(spa
     queue.enqueue({"price": 1, "sizes": [0.5]})
     with pytest.raises(Exception, match=r"'sizes'.*would lose the fraction"):
         reader(spark, url, "events", startingOffsets=2).schema("sizes array<int>").load().collect()
+
+
+def test_an_entry_that_does_not_fit_the_schema_is_named_by_its_offset(spark: Any, url: str) -> None:
+    queue = Queue.create(connect(url), "events", capacity=10)
+    queue.enqueue_batch([{"n": 1}, {"n": 2}, {"n": "oops"}, {"n": 4}])
+    with pytest.raises(
+        Exception, match=r"the entry at offset 2 of queue 'events' does not fit the given schema"
+    ):
+        reader(spark, url, "events").schema("n long").load().collect()
+
+
+def test_a_json_value_with_an_integer_past_64_bits_is_refused_not_made_a_float(spark: Any, url: str) -> None:
+    Queue.create(connect(url), "out", capacity=10)
+    for text, said in [(f'{{"n": {2**64}}}', "64-bit"), ("[1e400]", "out of the range of a double")]:
+        with pytest.raises(Exception, match=said):
+            spark.createDataFrame([(text,)], "value string").write.format("large_queue").option(
+                "url", url
+            ).option("queue", "out").mode("append").save()
+    assert Queue.open(connect(url), "out").info().size == 0
 
 
 @pytest.mark.parametrize(

@@ -64,9 +64,18 @@ def test_json_column_spells_floats_json_has_no_number_for_as_sparks_json_reads_t
     ]
 
 
+def test_json_column_shows_bytes_map_keys_as_the_command_line_prints_them() -> None:
+    values = [1, {b"raw-key": {b"k": b"v"}, "s": [{2: 3}]}, {"plain": 1}]
+    assert json_column("q", [7, 8, 9], values).to_pylist() == [
+        "1",
+        '{"$bytes:cmF3LWtleQ==":{"$bytes:aw==":{"$bytes":"dg=="}},"s":[{"2":3}]}',
+        '{"plain":1}',
+    ]
+
+
 def test_json_column_names_entries_it_cannot_show() -> None:
     with pytest.raises(errors.UnsupportedEntryError, match=r"queue 'q' \(offsets 7..9\).*valueFormat=binary"):
-        json_column("q", [7, 8, 9], [1, {b"raw-key": 1}, 3])
+        json_column("q", [7, 8, 9], [1, {1: object()}, 3])  # no entry holds one: the message, should one
 
 
 def test_rows_take_live_slots_and_report_the_rest_lost() -> None:

@@ -77,3 +77,15 @@ def test_a_json_queue_takes_only_columns_json_holds() -> None:
         check_writable(schema(data_type))  # any other queue holds it
         with pytest.raises(InvalidArgumentError, match=named + ", which cannot .* JSON-encoded queue"):
             check_writable(schema(data_type), as_json=True)
+
+
+def test_json_text_is_read_with_its_integers_exact_and_its_numbers_in_a_doubles_range() -> None:
+    from large_queue.spark._rows import _from_json
+
+    big = 2**64  # orjson alone would read it as a float
+    assert _from_json(f'{{"n": {big}, "s": "x"}}') == {"n": big, "s": "x"}
+    assert type(_from_json(f"[{-(2**63) - 1}]".encode())[0]) is int
+    assert _from_json('{"n": 1, "s": "12345678901234567890"}') == {"n": 1, "s": "12345678901234567890"}
+    assert _from_json("[NaN, Infinity, 1.5]")[1:] == [float("inf"), 1.5]  # the tokens reads write
+    with pytest.raises(ValueError, match="1e400 is out of the range of a double"):
+        _from_json("[1e400]")

@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue._entries import JSON, MSGPACK, NATIVE, bytes_as_json, decode_entry
+from large_queue._entries import JSON, MSGPACK, NATIVE, bytes_as_json, decode_entry, json_keys
 from large_queue.queue import Queue
 from large_queue.spark._options import data_loss, recreated
 
@@ -146,8 +146,9 @@ def _dumps(queue: str, offsets: list[int], interleaved: list[Any]) -> bytes:
     try:
         try:
             return orjson.dumps(interleaved, default=bytes_as_json)
-        except TypeError:  # a dict with int keys: the slower option writes them as strings
-            return orjson.dumps(interleaved, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # a dict with int or bytes keys: the slower option writes them as strings
+            keyed = [json_keys(value) for value in interleaved]
+            return orjson.dumps(keyed, default=bytes_as_json, option=orjson.OPT_NON_STR_KEYS)
     except TypeError as exc:
         raise errors.UnsupportedEntryError(
             f"entries of queue {queue!r} (offsets {offsets[0]}..{offsets[-1]}) cannot be shown as JSON:"
@@ -239,19 +240,33 @@ def record_batch(
     if others:
         dicts = [v if isinstance(v, dict) else {} for v in values]
         _refuse_truncation(queue, rows.offsets, dicts, [arrow_schema.field(name) for name in others])
+        fitted = [{name: row.get(name) for name in others} for row in dicts]
+        fields = pa.schema([arrow_schema.field(name) for name in others])
         try:
-            parsed = pa.RecordBatch.from_pylist(
-                [{name: row.get(name) for name in others} for row in dicts],
-                schema=pa.schema([arrow_schema.field(name) for name in others]),
-            )
+            parsed = pa.RecordBatch.from_pylist(fitted, schema=fields)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            offset, why = _first_misfit(rows.offsets, fitted, fields) or (rows.offsets[0], exc)
             raise errors.InvalidArgumentError(
-                f"entries of queue {queue!r} (offsets {rows.offsets[0]}..{rows.offsets[-1]}) do not fit"
-                f" the given schema: {exc}"
+                f"the entry at offset {offset} of queue {queue!r} does not fit the given schema: {why}"
             ) from None
         for name in others:
             columns[name] = parsed.column(name)
     return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=arrow_schema)
+
+
+def _first_misfit(
+    offsets: list[int], rows: list[dict[str, Any]], fields: pa.Schema
+) -> tuple[int, Exception] | None:
+    """The first of ``rows`` (read at ``offsets``) that Arrow refuses as ``fields``, and why.
+
+    Looked for one row at a time once the chunk as a whole was refused.
+    """
+    for offset, row in zip(offsets, rows, strict=True):
+        try:
+            pa.RecordBatch.from_pylist([row], schema=fields)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            return offset, exc
+    return None
 
 
 def _refuse_truncation(

@@ -290,7 +290,10 @@ def check_range(
         given = (
             f"startingOffsets {start}" if sought is None else f"startingTimestamp {sought} (offset {start})"
         )
-        raise errors.InvalidArgumentError(f"{given} is after endingOffsets {end}")
+        raise errors.InvalidArgumentError(
+            f"{given} is after endingOffsets {end} (unless given, 'latest': the end of queue {queue!r}'s"
+            f" published entries, {tail} now)"
+        )
     if end > tail:
         raise errors.InvalidArgumentError(
             f"endingOffsets {end} is beyond the tail {tail} of queue {queue!r}:"

@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -69,12 +71,34 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
     return entry
 
 
+#: a run of digits long enough for an integer orjson would read as a float (past 64 bits)
+_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
+
+
 def _from_json(text: str | bytes | bytearray) -> Any:
-    """JSON text as reads write it: also with the ``NaN`` and ``Infinity`` tokens Spark's JSON takes."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:  # the standard library's reader takes those tokens (ValueError if not)
-        return json.loads(text)
+    """JSON text as reads write it: also with the ``NaN`` and ``Infinity`` tokens Spark's JSON takes.
+
+    orjson reads an integer past 64 bits as a float and the standard
+    library a number past a double's range as infinity: text that may hold
+    either is read by the standard library, keeping integers exact (an entry
+    check refuses those past 64 bits) and refusing numbers out of range
+    (``ValueError``).
+    """
+    long_digits = _LONG_DIGITS.search(text) if isinstance(text, str) else _LONG_DIGITS_BYTES.search(text)
+    if long_digits is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # the standard library's reader takes those tokens (ValueError if not)
+            pass
+    return json.loads(text, parse_float=_finite)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a double")
+    return value
 
 
 #: Spark types whose values an entry can hold (as themselves, or as text: see the module)

@@ -266,6 +266,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = tail if self.target is None else min(tail, max(self.target, begin))
         if isinstance(limit, ReadMaxRows):
             end = min(end, begin + limit.max_rows)
+        if self.options.group is not None:
+            # Spark commits a micro-batch (and so moves the group's cursor and the head it holds back)
+            # only as it plans the next one, and plans one only for new entries: a batch of the whole
+            # queue would leave a full queue no room for them, and the stream would wait for ever
+            end = min(end, begin + max(1, queue.capacity // 2))
         return self._offset(queue, max(end, begin))
 
     def reportLatestOffset(self) -> dict[str, Any]:
@@ -300,8 +305,19 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         The group then holds back the queue's head like any other group.
         """
-        if self.options.group is not None:
-            _groups.commit_cursor(open_queue(self.options), self.options.group, end["offset"])
+        if self.options.group is None:
+            return
+        queue = open_queue(self.options)
+        if end.get("incarnation", queue.incarnation) != queue.incarnation:
+            # offsets of a creation deleted since: acking them here would skip this creation's entries
+            log.warning(
+                "queue %r was created again since offset %d was planned: group %r's cursor stays",
+                self.options.queue,
+                end["offset"],
+                self.options.group,
+            )
+            return
+        _groups.commit_cursor(queue, self.options.group, end["offset"])
 
 
 class LargeQueueDataSource(DataSource):

@@ -527,13 +527,14 @@ def _covered_ms(log: dict[Any, Any], now_ms: int, receipts: Receipts) -> int:
     Receipts leave the log by age (older than its TTL) or by count (the
     oldest first). A receipt younger than the TTL can only have been dropped
     by count, and then the log still holds at least ``keep - 1`` receipts,
-    all newer than it: so a log holding fewer covers the whole TTL, and a
-    fuller one covers back to its oldest receipt.
+    all no older than it: so a log holding fewer covers the whole TTL, and a
+    fuller one covers back to just after its oldest receipt (one dropped may
+    carry the same millisecond).
     """
     if len(log) < receipts.keep - 1:
         return receipts.age_ms
     oldest = min((value[0] for value in log.values() if type(value) is list and value), default=now_ms)
-    return max(0, min(receipts.age_ms, now_ms - oldest))
+    return max(0, min(receipts.age_ms, now_ms - oldest - 1))
 
 
 __all__ = ["Outcome", "Receipt", "Receipts", "append_once", "outcome", "repeated_dequeue"]

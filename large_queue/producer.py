@@ -659,26 +659,43 @@ class Producer:
                 if txn_id is None or not _in_doubt(exc) or in_doubt >= IN_DOUBT_ATTEMPTS:
                     return exc
                 time.sleep(min(1.0, 0.05 * 2**in_doubt))  # the store may be pausing: give it a moment
-                settled = self._settled(txn_id, len(values), time.monotonic() - began + _CLOCKS_APART)
+                settled = self._settled(txn_id, len(values), began, exc)
                 if settled is not None:
                     return settled
             except Exception as exc:  # whatever failed the batch is its futures' outcome
                 return exc
 
-    def _settled(self, txn_id: str, count: int, within: float) -> range | Exception | None:
+    def _settled(self, txn_id: str, count: int, began: float, cause: Exception) -> range | Exception | None:
         """What the receipts say of a batch's attempts so far: its offsets, an error, or None (send again).
 
         Committed: the offsets its receipt names. Unknown (the receipt log no
-        longer covers ``within`` seconds, the time since the first attempt:
+        longer covers the time since the first attempt began at ``began``:
         later calls with txn ids pushed its receipt out): ``OutcomeUnknownError``,
-        since sending it again could enqueue it twice. Not committed, pending
-        (sending it again with the txn id finishes it), or no answer (the
-        store did not reply): None.
+        since sending it again could enqueue it twice. Not committed, or
+        pending (sending it again with the txn id finishes it): None. The
+        receipts are asked again while the store does not answer, a few times;
+        then the batch ends in doubt (``OutcomeUnknownError``, from ``cause``):
+        sending it again unanswered could enqueue it twice too.
         """
-        try:
-            outcome = self.queue.outcome(txn_id, within=within)
-        except errors.LargeQueueError:
-            return None
+        for attempt in range(1, IN_DOUBT_ATTEMPTS + 1):
+            try:
+                outcome = self.queue.outcome(txn_id, within=time.monotonic() - began + _CLOCKS_APART)
+                break
+            except errors.LargeQueueError as exc:
+                unanswered = exc
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+        else:
+            failure = errors.OutcomeUnknownError(
+                f"{self!r} sent a batch of {count} entries (txn id {txn_id!r}) that ended in doubt"
+                f" ({type(cause).__name__}: {cause}), and the queue's receipts could not be read to tell"
+                f" whether it is in the queue ({type(unanswered).__name__}: {unanswered}): it was not sent"
+                " again, which could have enqueued it twice; queue.outcome(future.txn_id) tells later",
+                queue=self.queue.name,
+                txn_id=txn_id,
+                stage="settling",
+            )
+            failure.__cause__ = cause
+            return failure
         receipt = outcome.receipt
         if outcome.state == COMMITTED and receipt is not None and len(receipt.offsets) == count:
             return receipt.offsets

@@ -1104,6 +1104,33 @@ def test_an_idempotent_producer_sends_again_after_either_error_in_doubt(store: S
         lost.result(timeout=0)
 
 
+@pytest.mark.parametrize("unanswered", [1, producer_module.IN_DOUBT_ATTEMPTS])
+def test_an_idempotent_producer_sends_a_batch_in_doubt_again_only_once_the_receipts_answer(
+    store: Store, unanswered: int
+) -> None:
+    queue = store.new_queue()
+    calls = _failing_appends(queue, [OutcomeUnknownError("lost reply")])
+    asked: list[str] = []
+    outcome = queue.outcome
+
+    def unreadable(txn_id: str | int, *, within: float | None = None) -> Any:
+        asked.append(str(txn_id))
+        if len(asked) <= unanswered:
+            raise BackendTimeoutError("the store did not answer", code=9)
+        return outcome(txn_id, within=within)
+
+    queue.outcome = unreadable  # type: ignore[method-assign]
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        future = producer.send("a")
+    if unanswered < producer_module.IN_DOUBT_ATTEMPTS:  # asked again: not committed, so sent again
+        assert future.result(timeout=0) == 0 and calls == [1, 2] and len(asked) == unanswered + 1
+    else:  # never answered: not sent again blind, which could enqueue it twice
+        with pytest.raises(OutcomeUnknownError, match="receipts could not be read") as raised:
+            future.result(timeout=0)
+        assert isinstance(raised.value.__cause__, OutcomeUnknownError) and calls == [1]
+        assert len(asked) == unanswered and queue.info().size == 0
+
+
 def test_an_idempotent_producer_does_not_send_again_a_batch_refused_for_sure(store: Store) -> None:
     queue = store.new_queue(capacity=3, slots_per_record=3)
     queue.enqueue_batch([0, 1, 2])

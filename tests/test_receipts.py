@@ -200,6 +200,20 @@ def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) 
 
 
 @pytest.mark.parametrize("appends", APPENDS)
+def test_a_receipt_dropped_in_the_millisecond_of_the_oldest_kept_leaves_its_call_unknown(
+    store: Store, appends: str
+) -> None:
+    queue = store.new_queue(appends=appends, capacity=30, slots_per_record=10, receipts=3)
+    queue.enqueue("a", txn_id="first")
+    for index in range(3):  # on the embedded store's still clock, all in one millisecond with "first"
+        queue.enqueue(index, txn_id=f"other{index}")  # "first" is dropped to keep the log at 3
+    store.advance(1.0)
+    asked = queue.outcome("first", within=1.0)  # made 1 s ago: the oldest kept is as old, not older
+    assert asked.state == "unknown", asked.detail
+    assert _values(queue) == ["a", 0, 1, 2]
+
+
+@pytest.mark.parametrize("appends", APPENDS)
 def test_the_receipt_log_stays_bounded_and_says_when_it_cannot_answer(store: Store, appends: str) -> None:
     queue = store.new_queue(appends=appends, capacity=60, slots_per_record=10, receipts=5)
     for index in range(20):

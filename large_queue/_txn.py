@@ -42,6 +42,10 @@ def txn_id(txn_id: object) -> str:
     """``txn_id`` as a lock owner name (checked), or a new unique one for None."""
     if txn_id is None:
         return f"{_process_id}-{next(_txn_counter)}"
+    if type(txn_id) is int and txn_id.bit_length() > MAX_TXN_ID_BYTES * 4:  # past any id's digits
+        raise errors.InvalidArgumentError(
+            f"txn_id is an int of {txn_id.bit_length()} bits, longer than {MAX_TXN_ID_BYTES} digits"
+        )
     if type(txn_id) not in (int, str) or str(txn_id) == "":
         raise errors.InvalidArgumentError(f"txn_id must be a non-empty str or an int, got {txn_id!r}")
     text = str(txn_id)

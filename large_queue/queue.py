@@ -423,6 +423,13 @@ class Queue:
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
         txn = _txn_id(txn_id)
+        return _locked.again_if_taken_back(
+            lambda: self._append_locked(values, txn, mine, overwrite_if_full), mine
+        )
+
+    def _append_locked(self, values: list[Any], txn: str, mine: bool, overwrite_if_full: bool) -> range:
+        """One locked append; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
+        count = len(values)
         with self.lock.holding(txn, receipt=mine) as grant:
             if grant.receipt is not None:
                 return self._repeated(grant, _receipts.ENQUEUE, count).offsets

@@ -63,6 +63,23 @@ def test_single_enqueue_costs_two_round_trips_and_a_batch_at_most_one_per_record
     assert values(queue.dequeue_batch(40)) == ["a", *range(8), *range(17)]
 
 
+def test_a_reservation_refused_while_full_is_sent_again_when_a_reader_made_room_meanwhile(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue, _ = reserving(store, capacity=3, slots_per_record=3)
+    queue.enqueue_batch(range(3))
+    reader = Queue.open(store.backend, queue.name)
+    look = queue.appender._metadata
+
+    def after_a_dequeue() -> Any:  # why was it refused? by now a reader has made room
+        reader.dequeue()
+        return look()
+
+    monkeypatch.setattr(queue.appender, "_metadata", after_a_dequeue)
+    assert queue.enqueue("x") == 3  # not QueueFullError "has 1 free slots, 1 requested"
+    assert values(queue.dequeue_batch(5)) == [1, 2, "x"]
+
+
 def test_a_full_queue_refuses_a_reservation_and_reserves_nothing(store: Store) -> None:
     queue, _ = reserving(store, capacity=6, slots_per_record=3)
     queue.enqueue_batch(range(5))

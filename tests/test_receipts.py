@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -230,6 +231,24 @@ def test_the_receipt_log_stays_bounded_and_says_when_it_cannot_answer(store: Sto
     assert queue.enqueue(3, txn_id="t3") == 20  # no receipt left: it enqueues again (the log's bound)
 
 
+@pytest.mark.parametrize("appends", APPENDS)
+def test_calls_sent_at_once_with_one_txn_id_all_answer_with_what_one_of_them_did(
+    store: Store, appends: str
+) -> None:
+    """On a server, such calls take the lock back from each other: the ones that lose it repeat with
+    the txn id and answer with the receipt of the one that committed, not with LockLostError."""
+    queue = store.new_queue(appends=appends, capacity=60, slots_per_record=10)
+    queue.enqueue_batch(range(10))
+    for round_ in range(3):
+        with ThreadPoolExecutor(6) as pool:
+            enqueues = [pool.submit(queue.enqueue_batch, ["x", "y"], txn_id=f"e{round_}") for _ in range(6)]
+            enqueued = {future.result() for future in enqueues}
+            dequeues = [pool.submit(queue.dequeue_batch, 3, txn_id=f"d{round_}") for _ in range(6)]
+            taken = {tuple(entry.offset for entry in future.result()) for future in dequeues}
+        assert len(enqueued) == 1 and len(taken) == 1, (enqueued, taken)
+    assert queue.info().size == 10 + 3 * 2 - 3 * 3  # each txn applied once
+
+
 def test_receipt_settings_are_checked(store: Store) -> None:
     with pytest.raises(InvalidArgumentError, match="receipts must be"):
         store.new_queue(receipts=1)
@@ -237,6 +256,13 @@ def test_receipt_settings_are_checked(store: Store) -> None:
         store.new_queue(receipt_ttl=0)
     with pytest.raises(InvalidArgumentError, match="txn_id must be"):
         store.new_queue().outcome("")
+    queue = store.new_queue()
+    for huge in (10**5000, -(10**200)):  # past what str() of an int may make, and past 128 digits
+        with pytest.raises(
+            InvalidArgumentError, match=r"txn_id is an int of .* bits, longer than 128 digits"
+        ):
+            queue.enqueue("x", txn_id=huge)
+    assert queue.enqueue("x", txn_id=10**127) == 0  # 128 digits: an id like any other
 
 
 def test_the_reference_api_keeps_txn_id_as_the_lock_holders_name(store: Store) -> None:

@@ -381,7 +381,10 @@ class Appender:
                 self.counters.bump("timeouts_repeated")
                 continue
             except errors.ConditionNotMetError:
-                raise self._refusal(count, receipt, overwrite=overwrite) from None
+                refusal = self._refusal(count, receipt, overwrite=overwrite)
+                if refusal is not None or attempt == ATTEMPTS:
+                    raise (refusal or self._full(count, 0, freed=True)) from None
+                continue  # full then, not now (a reader made room in between): nothing was written
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
             self.counters.bump("reservations")
@@ -392,9 +395,12 @@ class Appender:
             return tail - count, result[STORE_CLOCK]
         raise AssertionError("ATTEMPTS must be positive")
 
-    def _refusal(self, count: int, receipt: ReceiptWrite | None, *, overwrite: bool = False) -> Exception:
+    def _refusal(
+        self, count: int, receipt: ReceiptWrite | None, *, overwrite: bool = False
+    ) -> Exception | None:
         """Why a reservation was refused: the queue is full, it is not the queue opened, or (with
         ``receipt``) the txn's receipt is not what the reservation required (:class:`Duplicate`).
+        None: without ``receipt``, the queue has room now (it was full then: asking again is safe).
 
         With ``receipt``, a refusal that the record read here does not explain
         (the queue has room now, or the reservation overwrites and needs none)
@@ -426,9 +432,22 @@ class Appender:
                 stage="reserving",
                 detail="refused for lack of room, or for a receipt that has left the log since",
             )
+        if self.shape.capacity - used >= count:
+            return None
+        return self._full(count, self.shape.capacity - used)
+
+    def _full(self, count: int, free: int, *, freed: bool = False) -> errors.QueueFullError:
+        """``QueueFullError`` for a reservation of ``count`` that found ``free`` slots (``freed``:
+        found none each time it was sent, though readers freed some in between)."""
+        found = (
+            f"was full each of the {ATTEMPTS} times it was asked for {count} slots (readers freed some in"
+            " between)"
+            if freed
+            else f"has {free} free slots, {count} requested"
+        )
         return errors.QueueFullError(
-            f"queue {self.keys.name!r} has {self.shape.capacity - used} free slots, {count} requested"
-            f" (capacity {self.shape.capacity}; reserved but unpublished slots count as used)",
+            f"queue {self.keys.name!r} {found} (capacity {self.shape.capacity}; reserved but unpublished"
+            " slots count as used)",
             queue=self.keys.name,
         )
 

@@ -287,6 +287,39 @@ class QueueLock:
             return None
         return gone_error(self.keys.name, record)
 
+    def why_lost(self, grant: LockGrant, what: str) -> errors.QueueError | None:
+        """Why ``grant``'s write was refused, where the metadata record tells; else None (expired).
+
+        One read, after the refusal: the queue deleted (or created again)
+        since it was opened, or the lock taken back by another call carrying
+        the same txn id (``LockLostError`` with ``taken_back``)::
+
+            t=0  call A (txn "order-7") takes the lock, token 5.
+            t=0  call B, a repeat of A sent at once (txn "order-7"), finds the
+                 lock held by its own txn and takes it back: token 6.
+            t=1  B commits; its receipt is the txn's.
+            t=1  A's write is refused (6 > 5): A committed nothing, and is told
+                 so with ``taken_back``. Repeated with the txn id, it answers
+                 with B's result.
+        """
+        record = self.backend.get(self.keys.metadata)
+        if record is None or record.bins.get(INCARNATION) != self.incarnation:
+            return gone_error(self.keys.name, record)
+        receipts = record.bins.get(RECEIPTS)
+        if record.bins.get(LOCK_OWNER) != grant.txn_id and not (
+            type(receipts) is dict and grant.txn_id in receipts
+        ):
+            return None
+        return errors.LockLostError(
+            f"lock of queue {self.keys.name!r} was taken back from txn {grant.txn_id!r} (token"
+            f" {grant.token}) before {what} by another call carrying the same txn id: this call"
+            " committed nothing, and what the txn did is that call's (a call repeated with the txn id"
+            " answers with it; queue.outcome(txn_id) tells)",
+            queue=self.keys.name,
+            txn_id=grant.txn_id,
+            taken_back=True,
+        )
+
     def replaced_error(self, *, created_again: bool) -> errors.QueueNotFoundError:
         """The error for a handle whose queue was deleted (and maybe created again) since it was opened."""
         return replaced_error(self.keys.name, created_again=created_again)
@@ -471,7 +504,7 @@ class QueueLock:
                 self.keys.metadata,
                 operations,
                 self.held_by(grant, self.incarnation if same_queue else None),
-                lost=lambda: self.replaced() or self._lost(grant, what),
+                lost=lambda: self.why_lost(grant, what) or self._lost(grant, what),
                 unknown=lambda cause: self._unknown(grant, what, known, cause, count_unknown),
                 sent=lambda: self.counters.bump("commands"),
             )

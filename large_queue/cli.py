@@ -434,6 +434,8 @@ def _stored_stats(queue: Queue, info: QueueInfo) -> dict[str, Any]:
         "tail_offset": info.tail_offset,
         "locked_by": info.lock_owner,
     }
+    if info.lock_owner is not None:  # a holder silent past the TTL holds it no more: the next taker breaks it
+        stats["lock_expired"] = queue.lock.expired()
     if info.damaged is not None:
         stats["damaged"] = info.damaged
     with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
@@ -537,6 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 info = queue.info()
                 described = dataclasses.asdict(info)  # one JSON document, whatever it holds
+                if info.lock_owner is not None:
+                    described["lock_expired"] = queue.lock.expired()
                 with contextlib.suppress(errors.QueueNotFoundError):  # no node shares it
                     described["ownership"] = dataclasses.asdict(ownership_info(queue))
                 _print(described)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,24 @@ def test_a_refused_create_makes_no_store_file(
     assert main(["--url", f"embedded://{path}", "create", "--capacity", "4", *options]) == 1
     assert said in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("appends", ["lock", "reserve"])
+def test_stats_and_info_say_when_the_lock_holder_has_been_silent_past_its_ttl(
+    place: Place, capsys: pytest.CaptureFixture[str], appends: str
+) -> None:
+    name = place.name("q")
+    queue = Queue.create(place.connect(), name, capacity=4, lock_ttl=0.3, appends=appends)
+    queue.lock.try_acquire("dead")  # a holder that never comes back
+    for expired in (False, True):
+        for command in ("stats", "info"):
+            assert main(["--url", place.url, command, name]) == 0
+            printed = json.loads(_out(capsys))
+            assert (printed.get("locked_by") or printed.get("lock_owner"), printed["lock_expired"]) == (
+                "dead",
+                expired,
+            )
+        time.sleep(0.5)
+    queue.purge()  # the next taker of the lock breaks it
+    assert main(["--url", place.url, "stats", name]) == 0
+    assert "lock_expired" not in json.loads(_out(capsys))

@@ -79,6 +79,7 @@ from large_queue.backends import (
     Operation,
     Read,
     ReadBeside,
+    ReadSinceUpdate,
     Record,
     Write,
 )
@@ -186,6 +187,8 @@ _FREE_OR_EXPIRED_AT = any_of(
 _FREE_EXPIRED_OR_MINE = any_of(*_FREE_OR_EXPIRED.parts, eq(StrBin(LOCK_OWNER), Param("txn")))
 _FREE_EXPIRED_OR_MINE_AT = any_of(*_FREE_OR_EXPIRED_AT.parts, eq(StrBin(LOCK_OWNER), Param("txn")))
 _STAMP = Compute(LOCK_AT, NowMs())
+#: the result name under which :meth:`Lock.expired` reads how long the holder has been silent
+_SILENT = "silent_ms"
 #: the result name under which an acquire reads the owner it replaces
 _PREVIOUS_OWNER = "prev_owner"
 #: ... and the operation that reads it (one object, so that stores compile it once)
@@ -286,6 +289,19 @@ class QueueLock:
         if record is not None and record.bins.get(INCARNATION) == self.incarnation:
             return None
         return gone_error(self.keys.name, record)
+
+    def expired(self) -> bool:
+        """Whether the lock is held by a holder silent for longer than its TTL (the next acquire
+        breaks it). One read, of the metadata record, for the command line's gauges."""
+        silent: Operation = (
+            Evaluate(_SILENT, sub(NowMs(), IntBin(LOCK_AT))) if self.stamped else ReadSinceUpdate(_SILENT)
+        )
+        try:
+            state = self.backend.operate(self.keys.metadata, [Read(LOCK_OWNER), Read(LOCK_TTL_MS), silent])
+        except errors.RecordNotFoundError:
+            raise self.replaced_error(created_again=False) from None
+        owner, ttl_ms, silent_ms = state.get(LOCK_OWNER), state.get(LOCK_TTL_MS), state.get(_SILENT)
+        return bool(owner) and type(ttl_ms) is int and type(silent_ms) is int and silent_ms > ttl_ms
 
     def why_lost(self, grant: LockGrant, what: str) -> errors.QueueError | None:
         """Why ``grant``'s write was refused, where the metadata record tells; else None (expired).

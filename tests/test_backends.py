@@ -31,6 +31,7 @@ from large_queue.backends import (
     Write,
     WriteMode,
 )
+from large_queue.backends._embedded_file import SCHEMA
 from large_queue.backends.conditions import (
     BinExists,
     Bound,
@@ -48,7 +49,7 @@ from large_queue.backends.conditions import (
     gt,
     sub,
 )
-from large_queue.backends.embedded import _SCHEMA, EmbeddedBackend
+from large_queue.backends.embedded import EmbeddedBackend
 from tests.fix_backends import Place, Store
 
 
@@ -275,7 +276,7 @@ def test_a_file_made_before_space_was_reclaimed_is_compacted(tmp_path: Path) -> 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as old:  # as earlier versions made files: no auto-vacuum
         old.execute("PRAGMA auto_vacuum=NONE")
-        old.execute(_SCHEMA)  # a store's table, made with no auto-vacuum
+        old.execute(SCHEMA)  # a store's table, made with no auto-vacuum
     store = EmbeddedBackend(path)
     Queue.create(store, "big", capacity=2000, slots_per_record=20).enqueue_batch([b"x" * 2000] * 2000)
     Queue.delete(store, "big")
@@ -563,6 +564,35 @@ def test_a_command_with_no_operation_is_a_usage_error_on_every_store(store: Stor
     store.backend.put(key, {"n": 1})
     with pytest.raises(errors.BackendUsageError):  # each store says it in its own words
         store.backend.operate(key, [])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_childs_writes_outlive_the_parent_closing_its_store(tmp_path: Path) -> None:
+    """The child's own connection takes its own file locks: the parent's close, seeing them, leaves the
+    write-ahead log the child writes into where later readers find it."""
+    path = tmp_path / "forked.db"
+    backend = EmbeddedBackend(path)
+    backend.put(RecordKey("test", "forked", "before"), {"n": 0})
+    wrote, closed = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one write, then more once the parent has closed its store
+        code = 1
+        try:
+            backend.put(RecordKey("test", "forked", "k0"), {"n": 0})
+            os.write(wrote[1], b"x")
+            os.read(closed[0], 1)
+            for n in range(1, 20):
+                backend.put(RecordKey("test", "forked", f"k{n}"), {"n": n})
+            code = 0
+        finally:
+            os._exit(code)
+    os.read(wrote[0], 1)
+    backend.close()
+    os.write(closed[1], b"x")
+    assert os.waitpid(pid, 0)[1] == 0
+    later = EmbeddedBackend(path)  # a process that comes later, as it finds the file
+    found = [later.get(RecordKey("test", "forked", f"k{n}")) for n in range(20)]
+    assert [record.bins["n"] if record else None for record in found] == list(range(20))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

@@ -70,23 +70,39 @@ def test_the_demo_leaves_a_users_queue_named_demo_alone(
 
 
 @pytest.mark.parametrize(
-    ("table", "name"),
-    [("CREATE TABLE t (x)", "t"), ("CREATE TABLE records (id INTEGER PRIMARY KEY, body TEXT)", "records")],
+    ("made", "named"),
+    [
+        ("CREATE TABLE t (x)", "tables t"),
+        ("CREATE TABLE records (id INTEGER PRIMARY KEY, body TEXT)", "tables records (id, body)"),
+        ("CREATE VIEW v AS SELECT 1", "view v"),
+        ("PRAGMA user_version=42", "user_version=42"),
+        ("PRAGMA application_id=12345", "application_id=12345"),
+    ],
 )
 def test_another_programs_sqlite_file_is_refused_and_left_unchanged(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, name: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], made: str, named: str
 ) -> None:
     path = tmp_path / "other.db"
+
+    def contents() -> tuple[object, ...]:
+        other = sqlite3.connect(path)
+        try:
+            return (
+                other.execute("SELECT type, name, sql FROM sqlite_master").fetchall(),
+                other.execute("PRAGMA journal_mode").fetchone(),
+                other.execute("PRAGMA user_version").fetchone(),
+            )
+        finally:
+            other.close()
+
     other = sqlite3.connect(path)
-    other.execute(table)
+    other.execute(made)
     other.commit()
     other.close()
+    before = contents()
     assert main(["--url", f"embedded://{path}", "list"]) == 1
-    assert "not an embedded store" in capsys.readouterr().err
-    other = sqlite3.connect(path)
-    tables = [row[0] for row in other.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    assert tables == [name] and other.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-    other.close()
+    assert f"SQLite database of something else ({named}), not an embedded store" in capsys.readouterr().err
+    assert contents() == before
 
 
 def test_an_entry_nested_past_what_can_be_read_is_one_line(

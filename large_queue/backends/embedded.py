@@ -57,53 +57,13 @@ from large_queue.backends._base import (
     misuse,
 )
 from large_queue.backends._embedded_bins import apply, fail
+from large_queue.backends._embedded_file import file_id, let_go, open_connection
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, open_group, store_file_error
 from large_queue.backends.conditions import Clock, Condition, evaluate
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
 MAX_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
 MAX_SET_NAME_BYTES = 63
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    namespace TEXT NOT NULL,
-    set_name TEXT NOT NULL,
-    user_key TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    updated_ns INTEGER NOT NULL,
-    expires_ns INTEGER,
-    bins BLOB NOT NULL,
-    PRIMARY KEY (namespace, set_name, user_key)
-) WITHOUT ROWID
-"""
-
-
-_COLUMNS = ["namespace", "set_name", "user_key", "generation", "updated_ns", "expires_ns", "bins"]
-
-
-def _refuse_a_foreign_file(conn: sqlite3.Connection, path: Path) -> None:
-    """``StoreFileError`` for an SQLite file with tables other than a store's: it is left as it is.
-
-    A store's file holds one table, ``records``, with the store's columns;
-    another program's file with a table of that name is refused as well.
-    """
-    tables = [
-        row[0]
-        for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        if not row[0].startswith("sqlite_")
-    ]
-    if not tables:
-        return
-    columns = [row[1] for row in conn.execute("PRAGMA table_info(records)")]
-    if tables != ["records"] or columns != _COLUMNS:
-        conn.close()
-        shown = ", ".join(sorted(tables)[:5]) if tables != ["records"] else f"records ({', '.join(columns)})"
-        raise errors.StoreFileError(
-            f"{path} is an SQLite database of something else (tables {shown}),"
-            " not an embedded store: it is left unchanged; name another file",
-            code=-1,
-        )
-
 
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
 _KEYS_PER_SELECT = 500
@@ -133,15 +93,6 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    """The device and inode of the file at ``path`` (None if there is none)."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 #: Aerospike keeps a record's generation in 16 bits, and goes from the last to 1 (0 is "no record")
@@ -243,31 +194,23 @@ class EmbeddedBackend(Backend):
     def _connection(self) -> sqlite3.Connection:
         # A forked child must not share the parent's SQLite handle.
         if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            # Pages freed by a removed record go back to the file system at once (below), in
-            # steps as small as the record: set before the first table, so for new files only.
-            if conn.execute("PRAGMA page_count").fetchone()[0] == 0:  # a new file
-                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            else:
-                _refuse_a_foreign_file(conn, self.path)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
-            # No memory-mapped I/O: with it, the first command after another
-            # connection has written costs about 16 us more (plain SQLite, one
-            # row read and rewritten), without it about 4 us; reads and
-            # single-process rates measured the same either way.
-            conn.execute("PRAGMA mmap_size=0")
-            conn.execute(_SCHEMA)
-            self._conn = conn
+            if self._conn is not None:
+                self._let_go_of_the_parents()
+            self._conn = open_connection(self.path, self._busy_timeout, self._synchronous)
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
             self._pid = os.getpid()
-            self._file_id = _file_id(self.path)
+            self._file_id = file_id(self.path)
         return self._conn
+
+    def _let_go_of_the_parents(self) -> None:
+        """In a forked child: the connection and writer file copied from the parent, closed (see
+        :func:`~large_queue.backends._embedded_file.let_go`) before the child opens its own."""
+        inherited, self._conn = self._conn, None
+        assert inherited is not None
+        let_go(inherited)
+        if self._writer_file is not None:  # its flock is the parent's too: closing a copy keeps it
+            self._writer_file.close()
+            self._writer_file = None
 
     def _writer_lock(self, hold: bool, *, wait: bool = True) -> bool:
         """Take or drop the cross-process writer lock.
@@ -329,7 +272,7 @@ class EmbeddedBackend(Backend):
         first (one ``stat``), drops its handle and says so; the next command
         opens whatever file is at the path then, as a new process would.
         """
-        if self._file_id is None or _file_id(self.path) == self._file_id:
+        if self._file_id is None or file_id(self.path) == self._file_id:
             return
         assert fcntl is not None and self._writer_file is not None
         fcntl.flock(self._writer_file, fcntl.LOCK_UN)

@@ -984,3 +984,17 @@ def test_a_write_beside_a_damaged_records_read_is_answered_and_not_in_doubt(stor
     finally:
         store.backend.remove(written)
         store.backend.remove(damaged)
+
+
+def test_a_read_only_store_file_error_says_when_the_directory_is_what_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    from large_queue.backends._transactions import store_file_error
+
+    readonly = sqlite3.OperationalError("attempt to write a readonly database")
+    assert "is read-only: attempt" in str(store_file_error(tmp_path / "s.db", readonly))
+    shut = tmp_path / "gone" / "s.db"  # a directory no one can write into (there is none)
+    said = str(store_file_error(shut, readonly))
+    assert f"its directory {shut.parent} is not writable" in said and isinstance(
+        store_file_error(shut, readonly), errors.StoreFileError
+    )

@@ -50,6 +50,7 @@ lock in turn. Other threads of the process wait for the group to end.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import weakref
 from pathlib import Path
@@ -70,7 +71,12 @@ def store_file_error(path: Path, exc: sqlite3.Error | OSError) -> errors.Backend
             f"store file {path} stayed locked by another process: {text}", code=-14
         )
     if "readonly" in lowered or "read-only" in lowered:
-        problem = "is read-only"
+        problem = (
+            "is read-only"
+            if os.access(path.parent, os.W_OK | os.X_OK)
+            else f"is read-only here: its directory {path.parent} is not writable, and the store writes"
+            " its write-ahead log beside it"
+        )
     elif "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
         problem = "is damaged or is not a large_queue store"
     elif "unable to open" in lowered:

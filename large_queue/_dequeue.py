@@ -45,7 +45,6 @@ without it (:mod:`large_queue._quick_take`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -93,9 +92,7 @@ def now(
     once = settled_once if queue.reserved else locked_once
     while True:
         within = None if deadline is None else deadline - time.monotonic()
-        taken, again = _locked.again_if_taken_back(
-            functools.partial(once, queue, max_entries, txn, mine, within), mine
-        )
+        taken, again = once(queue, max_entries, txn, mine, within)
         if taken or not again:
             if counted:
                 queue.counters.bump("dequeue_calls")

@@ -20,10 +20,8 @@ incarnation. What a paused holder meets, as a timeline::
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
@@ -38,29 +36,6 @@ if TYPE_CHECKING:
 
 #: tries of an (idempotent) buffer command that times out
 BUFFER_ATTEMPTS = 3
-#: tries of a call with a txn id while other calls carrying that txn id take its lock back
-TAKEN_BACK_ATTEMPTS = 5
-
-T = TypeVar("T")
-
-
-def again_if_taken_back(call: Callable[[], T], mine: bool) -> T:
-    """``call()``, made again while another call carrying its txn id takes the lock back from it.
-
-    ``mine``: the txn id is the caller's, with receipts. Made again with the
-    txn id, the call answers with what the other call committed (its receipt),
-    or goes ahead if that one committed nothing (see :meth:`Lock.why_lost`).
-    """
-    for attempt in range(1, TAKEN_BACK_ATTEMPTS + 1):
-        try:
-            return call()
-        except errors.LockLostError as exc:
-            if not mine or not getattr(exc, "taken_back", False) or attempt == TAKEN_BACK_ATTEMPTS:
-                raise
-            # the other call is under way: give it time to commit (and then answer from its receipt),
-            # rather than take the lock back from it in turn
-            time.sleep(random.uniform(0, 0.005 * 2**attempt))
-    raise AssertionError("TAKEN_BACK_ATTEMPTS must be positive")
 
 
 def write_entries(
@@ -131,9 +106,10 @@ def fenced_command(
         why = queue.lock.why_lost(grant, f"writing buffer record {record}")
         if isinstance(why, errors.QueueNotFoundError):
             raise why from None
-        queue.counters.add(fencing_refusals=1, locks_lost=1)
-        if why is not None:
+        queue.counters.bump("fencing_refusals")
+        if why is not None:  # counted as a lost lock there
             raise why from None
+        queue.counters.bump("locks_lost")
         raise errors.LockLostError(
             f"txn {grant.txn_id!r} lost the lock of queue {queue.name!r}: a later holder"
             f" (token > {grant.token}) has written buffer record {record}; nothing was committed",

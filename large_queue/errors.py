@@ -87,6 +87,9 @@ class LockLostError(LockError):
 
     Nothing this holder wrote became visible: its buffer writes were refused
     by fencing or are beyond the committed tail, and its commit was refused.
+    ``taken_back`` is True where the lock passed to another call carrying the
+    same txn id (a call made again before the first had ended): the txn's
+    outcome is then that call's, which ``queue.outcome(txn_id)`` tells.
     """
 
 

@@ -423,13 +423,6 @@ class Queue:
             self.counters.add(enqueue_calls=1, entries_enqueued=count)
             return range(first, first + count)
         txn = _txn_id(txn_id)
-        return _locked.again_if_taken_back(
-            lambda: self._append_locked(values, txn, mine, overwrite_if_full), mine
-        )
-
-    def _append_locked(self, values: list[Any], txn: str, mine: bool, overwrite_if_full: bool) -> range:
-        """One locked append; ``mine``: ``txn`` is the caller's (receipts, repeats)."""
-        count = len(values)
         with self.lock.holding(txn, receipt=mine) as grant:
             if grant.receipt is not None:
                 return self._repeated(grant, _receipts.ENQUEUE, count).offsets
@@ -772,15 +765,7 @@ class Queue:
             return []
         from large_queue.cluster import _groups
 
-        described = []
-        for name in metadata.groups:
-            try:
-                described.append(_groups.describe_at(self, name, tail, metadata.head))
-            except (
-                errors.GroupNotFoundError
-            ):  # its records deleted since the list was read: a delete under way
-                continue  # (one left listed for good is damage, which large-queue check reports)
-        return described
+        return _groups.describe_listed(self, metadata.groups, tail, metadata.head)
 
     def published_tail(self, *, close_overdue: bool = False) -> tuple[int, int]:
         """``(head, end of the published prefix)`` now: what a reader may read.

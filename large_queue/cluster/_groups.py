@@ -263,6 +263,20 @@ def describe_all(queue: Queue, *, timeout: float = 10.0) -> list[GroupInfo]:
     return list(queue.info().groups)
 
 
+def describe_listed(queue: Queue, names: tuple[str, ...], tail: int, head: int) -> list[GroupInfo]:
+    """The groups ``names`` (as the metadata record lists them) described at ``tail`` and ``head``.
+
+    A group whose records are gone is passed over: a delete of it is under
+    way, which removes its records before it takes it off the list (one
+    left listed for good is damage, which ``large-queue check`` reports).
+    """
+    described = []
+    for name in names:
+        with contextlib.suppress(errors.GroupNotFoundError):
+            described.append(describe_at(queue, name, tail, head))
+    return described
+
+
 def describe_at(queue: Queue, name: str, tail: int, head: int, *, timeout: float = 10.0) -> GroupInfo:
     """Group ``name``, its lag counted up to ``tail`` (the end of the published prefix) from ``head`` on.
 

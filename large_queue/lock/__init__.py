@@ -285,14 +285,21 @@ class QueueLock:
 
         One read; called only after a guarded write was refused, to say why.
         """
+        found = self._metadata_record()
+        return found if isinstance(found, errors.QueueNotFoundError) else None
+
+    def _metadata_record(self) -> Record | errors.QueueNotFoundError:
+        """The metadata record, or the error if it is not the queue this lock was opened on. One read."""
         record = self.backend.get(self.keys.metadata)
-        if record is not None and record.bins.get(INCARNATION) == self.incarnation:
-            return None
-        return gone_error(self.keys.name, record)
+        if record is None or record.bins.get(INCARNATION) != self.incarnation:
+            return gone_error(self.keys.name, record)
+        return record
 
     def expired(self) -> bool:
-        """Whether the lock is held by a holder silent for longer than its TTL (the next acquire
-        breaks it). One read, of the metadata record, for the command line's gauges."""
+        """Whether the lock's holder has been silent for longer than its TTL (the next acquire breaks it).
+
+        One read, of the metadata record, for the command line's gauges.
+        """
         silent: Operation = (
             Evaluate(_SILENT, sub(NowMs(), IntBin(LOCK_AT))) if self.stamped else ReadSinceUpdate(_SILENT)
         )
@@ -307,30 +314,36 @@ class QueueLock:
         """Why ``grant``'s write was refused, where the metadata record tells; else None (expired).
 
         One read, after the refusal: the queue deleted (or created again)
-        since it was opened, or the lock taken back by another call carrying
-        the same txn id (``LockLostError`` with ``taken_back``)::
+        since it was opened, or the lock taken by another call carrying the
+        same txn id (``LockLostError`` with ``taken_back``, counted in
+        ``locks_lost``)::
 
             t=0  call A (txn "order-7") takes the lock, token 5.
-            t=0  call B, a repeat of A sent at once (txn "order-7"), finds the
-                 lock held by its own txn and takes it back: token 6.
+            t=0  call B, the same call sent again at once (txn "order-7"),
+                 finds the lock held by its own txn and takes it back: token 6.
             t=1  B commits; its receipt is the txn's.
-            t=1  A's write is refused (6 > 5): A committed nothing, and is told
-                 so with ``taken_back``. Repeated with the txn id, it answers
-                 with B's result.
+            t=1  A's write is refused (6 > 5): A committed nothing, and says
+                 so with ``taken_back``. Made again with the txn id, it
+                 answers with B's result (``queue.outcome`` tells it too).
+
+        A's call is not made again by the library: by then later calls with
+        txn ids may have pushed B's receipt out of the log, and only the
+        caller knows how long ago it began (``queue.outcome(txn_id, within=)``).
         """
-        record = self.backend.get(self.keys.metadata)
-        if record is None or record.bins.get(INCARNATION) != self.incarnation:
-            return gone_error(self.keys.name, record)
-        receipts = record.bins.get(RECEIPTS)
-        if record.bins.get(LOCK_OWNER) != grant.txn_id and not (
+        found = self._metadata_record()
+        if isinstance(found, errors.QueueNotFoundError):
+            return found
+        receipts = found.bins.get(RECEIPTS)
+        if found.bins.get(LOCK_OWNER) != grant.txn_id and not (
             type(receipts) is dict and grant.txn_id in receipts
         ):
             return None
+        self.counters.bump("locks_lost")
         return errors.LockLostError(
-            f"lock of queue {self.keys.name!r} was taken back from txn {grant.txn_id!r} (token"
-            f" {grant.token}) before {what} by another call carrying the same txn id: this call"
-            " committed nothing, and what the txn did is that call's (a call repeated with the txn id"
-            " answers with it; queue.outcome(txn_id) tells)",
+            f"lock of queue {self.keys.name!r} passed from txn {grant.txn_id!r} (token {grant.token}) to"
+            f" another call carrying the same txn id before {what}: this call committed nothing (where"
+            " calls keep receipts, the txn's outcome is the other call's: made again with the txn id, a"
+            " call answers with it, and queue.outcome(txn_id) tells)",
             queue=self.keys.name,
             txn_id=grant.txn_id,
             taken_back=True,

@@ -360,15 +360,32 @@ def json_key(key: Any) -> Any:
 
 
 def json_keys(value: Any) -> Any:
-    """``value`` with every bytes map key in it as :func:`json_key` says (the same object if none is)."""
+    """``value`` with every bytes map key in it as :func:`json_key` says (the same object if none is).
+
+    ``TypeError`` where a key so written is one the map holds already.
+    """
     kind = type(value)
     if kind is dict:
-        items = {json_key(key): json_keys(item) for key, item in value.items()}
-        same = len(items) == len(value) and all(items.get(key) is item for key, item in value.items())
-        return value if same else items
+        items: dict[Any, Any] = {}
+        changed = False
+        for key, item in value.items():
+            shown, inner = json_key(key), json_keys(item)
+            if shown is not key and shown in value:
+                raise TypeError(f"bytes key {key!r} and key {shown!r} would be one key in JSON")
+            changed = changed or shown is not key or inner is not item
+            items[shown] = inner
+        return items if changed else value
     if kind is list:
         elements = [json_keys(item) for item in value]
         return value if all(new is old for new, old in zip(elements, value, strict=True)) else elements
+    return value
+
+
+def finite(text: str) -> float:
+    """A JSON number's text as a float (``parse_float``), ``ValueError`` if past a double's range."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a double")
     return value
 
 

@@ -329,6 +329,14 @@ def test_a_group_streams_batch_planned_in_a_deleted_creation_acks_nothing_of_the
     assert queue.group("g").acked_offset == 10  # its own micro-batches only (each half the capacity)
 
 
+def test_a_group_stream_over_a_queue_of_one_entry_is_refused_at_planning(
+    spark: Any, url: str, tmp_path: Path
+) -> None:
+    Queue.create(connect(url), "events", capacity=1, slots_per_record=1)
+    with pytest.raises(Exception, match="needs a queue of capacity 2 or more"):
+        _stream(spark, url, "events", tmp_path / "c", [], group="g")
+
+
 def test_a_group_stream_over_a_queue_no_larger_than_a_micro_batch_keeps_its_producer_going(
     spark: Any, url: str, tmp_path: Path
 ) -> None:

@@ -73,6 +73,12 @@ def test_json_column_shows_bytes_map_keys_as_the_command_line_prints_them() -> N
     ]
 
 
+def test_json_column_shows_a_bytes_key_whatever_its_value_and_refuses_one_that_would_merge() -> None:
+    assert json_column("q", [0], [{b"k": None}]).to_pylist() == ['{"$bytes:aw==":null}']
+    with pytest.raises(errors.UnsupportedEntryError, match="would be one key in JSON"):
+        json_column("q", [0], [{b"x": 1, "$bytes:eA==": 2}])  # two keys, one in JSON: not one dropped
+
+
 def test_json_column_names_entries_it_cannot_show() -> None:
     with pytest.raises(errors.UnsupportedEntryError, match=r"queue 'q' \(offsets 7..9\).*valueFormat=binary"):
         json_column("q", [7, 8, 9], [1, {1: object()}, 3])  # no entry holds one: the message, should one

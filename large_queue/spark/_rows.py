@@ -19,17 +19,15 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import orjson
 from pyspark.sql import Row
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
 from large_queue import errors
+from large_queue._entries import finite
 from large_queue.spark._options import SourceOptions
 
 Convert = Callable[[Any], Any]
@@ -62,7 +60,7 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
             return as_native(value)
         try:
             return _from_json(value) if how == "json" else msgspec.msgpack.decode(value)
-        except (orjson.JSONDecodeError, msgspec.DecodeError, ValueError, TypeError) as exc:
+        except (msgspec.DecodeError, ValueError, TypeError) as exc:
             raise errors.InvalidArgumentError(
                 f"a value is not {how} as the value column's type (or valueFormat) says: {exc}"
                 " (valueFormat=text keeps a string value as it is)"
@@ -71,34 +69,17 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
     return entry
 
 
-#: a run of digits long enough for an integer orjson would read as a float (past 64 bits)
-_LONG_DIGITS = re.compile(r"\d{19}")
-_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
-
-
 def _from_json(text: str | bytes | bytearray) -> Any:
     """JSON text as reads write it: also with the ``NaN`` and ``Infinity`` tokens Spark's JSON takes.
 
-    orjson reads an integer past 64 bits as a float and the standard
-    library a number past a double's range as infinity: text that may hold
-    either is read by the standard library, keeping integers exact (an entry
-    check refuses those past 64 bits) and refusing numbers out of range
-    (``ValueError``).
+    Integers are read exact, however long (an entry check refuses those
+    past 64 bits), and a number past a double's range is refused
+    (``ValueError``), not made a float or an infinity.
     """
-    long_digits = _LONG_DIGITS.search(text) if isinstance(text, str) else _LONG_DIGITS_BYTES.search(text)
-    if long_digits is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:  # the standard library's reader takes those tokens (ValueError if not)
-            pass
-    return json.loads(text, parse_float=_finite)
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of the range of a double")
-    return value
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:  # the standard library's reader takes those tokens (ValueError if not)
+        return json.loads(text, parse_float=finite)
 
 
 #: Spark types whose values an entry can hold (as themselves, or as text: see the module)

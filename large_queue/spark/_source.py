@@ -185,6 +185,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: int | None = None
         queue = open_queue(options)  # planning time: a missing queue fails here
         if options.group is not None:
+            if queue.capacity < 2:  # see latestOffset: a micro-batch must leave room behind it
+                raise errors.InvalidArgumentError(
+                    f"queue {options.queue!r} holds 1 entry: a stream reading as a group needs a queue of"
+                    " capacity 2 or more (Spark acks a micro-batch only once there are entries after it)"
+                )
             _groups.ensure(queue, options.group)  # created at the head on first use
 
     def _bounds(self) -> tuple[Queue, int, int]:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from large_queue import errors
-from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json, json_key
+from large_queue._entries import DEFAULT_ENCODING, ENCODINGS, bytes_as_json, finite, json_key
 from large_queue._records import LOCKED_APPENDS, RESERVED_APPENDS
 from large_queue.backends import connect
 from large_queue.queue import DEFAULT_APPENDS, Entry, Queue, QueueInfo
@@ -74,13 +74,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of the range of a double")
-    return value
-
-
 def _names_aerospike(url: str | None) -> bool:
     """True if ``url`` (or, without one, the environment's) is an Aerospike URL: not to be connected
     to by a command for embedded stores only."""
@@ -89,14 +82,30 @@ def _names_aerospike(url: str | None) -> bool:
     return (url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or "").lower().startswith("aerospike:")
 
 
-def _json_entry(index: int, text: str) -> Any:
-    """Entry argument ``index`` of ``enqueue``, read as JSON (``InvalidArgumentError`` if it is not)."""
+def _json_entry(where: str, text: str) -> Any:
+    """An entry of ``enqueue`` (``where``: which argument or line), read as JSON.
+
+    ``InvalidArgumentError`` naming ``where`` if it is not JSON, or holds a
+    number JSON reads with no double for.
+    """
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(text, parse_constant=_no_constant, parse_float=finite)
     except ValueError as exc:  # json.JSONDecodeError is one
-        raise errors.InvalidArgumentError(f"entry {index} is not valid JSON: {exc}") from None
+        raise errors.InvalidArgumentError(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise errors.InvalidArgumentError(f"entry {index} is nested too deeply to read") from None
+        raise errors.InvalidArgumentError(f"{where} is nested too deeply to read") from None
+
+
+def _entries_given(entries: list[str]) -> list[Any]:
+    """``enqueue``'s entries: its arguments, or with ``-`` alone one a line of standard input.
+
+    Lines end at a line feed only (JSON may hold other line separators,
+    such as U+2028, inside its strings); blank lines are no entries.
+    """
+    if entries != ["-"]:
+        return [_json_entry(f"entry {index}", text) for index, text in enumerate(entries)]
+    lines = sys.stdin.read().split("\n")
+    return [_json_entry(f"line {number}", line) for number, line in enumerate(lines, 1) if line.strip()]
 
 
 def _demo(url: str | None) -> None:
@@ -471,7 +480,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
-    _log_to_stderr()
+    handler = _log_to_stderr()
+    try:
+        return _run(parser, args)
+    finally:
+        if handler is not None:  # a program that calls main() sets up logging its own way afterwards
+            logging.getLogger("large_queue").removeHandler(handler)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """:func:`main` once its command line is read."""
     if getattr(args, "hole_timeout", None) is not None and args.appends == LOCKED_APPENDS:
         parser.error("--hole-timeout applies to --appends reserve only (locked appends leave no holes)")
     try:
@@ -585,10 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for entry in queue.peek(args.count, start=args.start):
                     _print(_entry(entry))
             elif args.command == "enqueue":
-                texts = args.entries
-                if texts == ["-"]:  # blank lines are no entries
-                    texts = [line for line in sys.stdin.read().splitlines() if line.strip()]
-                values = [_json_entry(index, text) for index, text in enumerate(texts)]
+                values = _entries_given(args.entries)
                 offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
                 _print({"offsets": list(offsets)})
     except errors.LargeQueueError as exc:
@@ -606,15 +621,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _log_to_stderr() -> None:
+def _log_to_stderr() -> logging.Handler | None:
     """The library's warnings (entries dropped, a lock broken) on stderr as the command's own lines,
-    where the program that called :func:`main` has not set up logging itself."""
+    where the program that called :func:`main` has not set up logging itself; the handler added."""
     log = logging.getLogger("large_queue")
     if log.handlers or logging.getLogger().handlers:
-        return
+        return None
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("large-queue: %(message)s"))
     log.addHandler(handler)
+    return handler
 
 
 def _dequeue(queue: Queue) -> Entry | None:

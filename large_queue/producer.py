@@ -681,9 +681,16 @@ class Producer:
             try:
                 outcome = self.queue.outcome(txn_id, within=time.monotonic() - began + _CLOCKS_APART)
                 break
-            except errors.LargeQueueError as exc:
-                unanswered = exc
-                time.sleep(min(1.0, 0.05 * 2**attempt))
+            except (
+                errors.BackendTimeoutError,
+                errors.BackendUnavailableError,
+                errors.BackendBusyError,
+            ) as exc:
+                unanswered = exc  # the store did not answer: it may, in a moment
+                if attempt < IN_DOUBT_ATTEMPTS:
+                    time.sleep(min(1.0, 0.05 * 2**attempt))
+            except errors.LargeQueueError as exc:  # an answer that will not change (the queue deleted, say)
+                return exc
         else:
             failure = errors.OutcomeUnknownError(
                 f"{self!r} sent a batch of {count} entries (txn id {txn_id!r}) that ended in doubt"

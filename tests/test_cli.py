@@ -296,12 +296,17 @@ def test_the_librarys_warnings_are_the_commands_own_lines(tmp_path: Path) -> Non
     script = (
         "import sys, time; from large_queue import Queue, connect; from large_queue.cli import main;"
         f" q = Queue.create(connect({url!r}), 'aged', capacity=4, max_age=0.05); q.enqueue(1);"
-        f" time.sleep(0.2); sys.exit(main(['--url', {url!r}, 'expire', 'aged']))"
+        f" time.sleep(0.2); code = main(['--url', {url!r}, 'expire', 'aged']);"
+        " import logging; logging.basicConfig(format='app: %(message)s');"  # the program's own, after
+        " logging.getLogger('large_queue').warning('later'); sys.exit(code)"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["dropped"] == 1
-    assert done.stderr.startswith("large-queue: queue 'aged': 1 entries older than max_age were dropped")
+    assert done.stderr.splitlines() == [
+        "large-queue: queue 'aged': 1 entries older than max_age were dropped",
+        "app: later",  # once: the command's handler left with the command
+    ]
 
 
 def test_enqueue_reads_entries_from_standard_input_one_a_line(
@@ -317,9 +322,12 @@ def test_enqueue_reads_entries_from_standard_input_one_a_line(
     assert main(["--url", place.url, "enqueue", name, "-"]) == 0
     assert json.loads(_out(capsys)) == {"offsets": [0, 1]}
     assert [e.value for e in Queue.open(place.connect(), name).peek(5)] == [{"a": 1}, big]
-    monkeypatch.setattr("sys.stdin", io.StringIO('3\n{"b"\n'))
+    monkeypatch.setattr("sys.stdin", io.StringIO('"a\u2028b"\r\n'))  # a line separator inside a string
+    assert main(["--url", place.url, "enqueue", name, "-"]) == 0
+    assert Queue.open(place.connect(), name).get(2).value == "a\u2028b"  # type: ignore[union-attr]
+    monkeypatch.setattr("sys.stdin", io.StringIO('3\n\n\n{"b"\n'))
     assert main(["--url", place.url, "enqueue", name, "-"]) == 1
-    assert "entry 1 is not valid JSON" in capsys.readouterr().err
+    assert "line 4 is not valid JSON" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

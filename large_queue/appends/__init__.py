@@ -369,6 +369,7 @@ class Appender:
             else:
                 guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
             send = functools.partial(self.backend.operate, self.keys.metadata, operations, condition=guard)
+        refused = 0
         for attempt in range(1, ATTEMPTS + 1):
             self.counters.bump("commands")
             try:
@@ -381,9 +382,10 @@ class Appender:
                 self.counters.bump("timeouts_repeated")
                 continue
             except errors.ConditionNotMetError:
+                refused += 1
                 refusal = self._refusal(count, receipt, overwrite=overwrite)
                 if refusal is not None or attempt == ATTEMPTS:
-                    raise (refusal or self._full(count, 0, freed=True)) from None
+                    raise (refusal or self._full(count, 0, refused=refused)) from None
                 continue  # full then, not now (a reader made room in between): nothing was written
             except errors.RecordNotFoundError:
                 raise replaced_error(self.keys.name, created_again=False) from None
@@ -436,13 +438,13 @@ class Appender:
             return None
         return self._full(count, self.shape.capacity - used)
 
-    def _full(self, count: int, free: int, *, freed: bool = False) -> errors.QueueFullError:
-        """``QueueFullError`` for a reservation of ``count`` that found ``free`` slots (``freed``:
-        found none each time it was sent, though readers freed some in between)."""
+    def _full(self, count: int, free: int, *, refused: int = 0) -> errors.QueueFullError:
+        """``QueueFullError`` for a reservation of ``count`` that found ``free`` slots (``refused``:
+        refused that many times for want of room, readers freeing some in between each time)."""
         found = (
-            f"was full each of the {ATTEMPTS} times it was asked for {count} slots (readers freed some in"
+            f"was full each of the {refused} times it was asked for {count} slots (readers freed some in"
             " between)"
-            if freed
+            if refused
             else f"has {free} free slots, {count} requested"
         )
         return errors.QueueFullError(

@@ -64,7 +64,13 @@ def _standard(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {json_key(key): _standard(item) for key, item in value.items()}
+        shown = {json_key(key): _standard(item) for key, item in value.items()}
+        if len(shown) < len(value):
+            raise errors.UnsupportedEntryError(
+                "an entry holds a bytes map key and a str key that would be one key in JSON: get it"
+                " through the library instead"
+            )
+        return shown
     if isinstance(value, (list, tuple)):
         return [_standard(item) for item in value]
     return value

@@ -677,6 +677,8 @@ class Producer:
         then the batch ends in doubt (``OutcomeUnknownError``, from ``cause``):
         sending it again unanswered could enqueue it twice too.
         """
+        outcome = None
+        unanswered: errors.LargeQueueError | None = None
         for attempt in range(1, IN_DOUBT_ATTEMPTS + 1):
             try:
                 outcome = self.queue.outcome(txn_id, within=time.monotonic() - began + _CLOCKS_APART)
@@ -689,9 +691,12 @@ class Producer:
                 unanswered = exc  # the store did not answer: it may, in a moment
                 if attempt < IN_DOUBT_ATTEMPTS:
                     time.sleep(min(1.0, 0.05 * 2**attempt))
-            except errors.LargeQueueError as exc:  # an answer that will not change (the queue deleted, say)
+            except errors.QueueNotFoundError as exc:  # the queue is gone: nothing more to settle
                 return exc
-        else:
+            except errors.LargeQueueError as exc:  # an answer that will not change: the batch stays in doubt
+                unanswered = exc
+                break
+        if outcome is None:
             failure = errors.OutcomeUnknownError(
                 f"{self!r} sent a batch of {count} entries (txn id {txn_id!r}) that ended in doubt"
                 f" ({type(cause).__name__}: {cause}), and the queue's receipts could not be read to tell"

@@ -362,3 +362,12 @@ def test_stats_and_info_say_when_the_lock_holder_has_been_silent_past_its_ttl(
     queue.purge()  # the next taker of the lock breaks it
     assert main(["--url", place.url, "stats", name]) == 0
     assert "lock_expired" not in json.loads(_out(capsys))
+
+
+def test_an_entry_whose_keys_would_merge_in_json_is_refused_not_printed_short(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = place.name("q")
+    Queue.create(place.connect(), name, capacity=4).enqueue({b"x": 1, "$bytes:eA==": 2})
+    assert main(["--url", place.url, "peek", name]) == 1
+    assert "would be one key in JSON" in capsys.readouterr().err

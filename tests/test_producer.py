@@ -29,7 +29,7 @@ from large_queue import producer as producer_module
 from large_queue.backends import Backend
 from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import Call, FaultInjectingBackend
-from large_queue.errors import BackendTimeoutError, BackendUnavailableError
+from large_queue.errors import BackendError, BackendTimeoutError, BackendUnavailableError
 from large_queue.producer import OffsetFuture
 from tests.fix_backends import APPENDS, Place, Store
 
@@ -1129,6 +1129,23 @@ def test_an_idempotent_producer_sends_a_batch_in_doubt_again_only_once_the_recei
             future.result(timeout=0)
         assert isinstance(raised.value.__cause__, OutcomeUnknownError) and calls == [1]
         assert len(asked) == unanswered and queue.info().size == 0
+
+
+def test_an_idempotent_producer_whose_receipts_answer_with_an_error_leaves_the_batch_in_doubt(
+    store: Store,
+) -> None:
+    queue = store.new_queue()
+    calls = _failing_appends(queue, [OutcomeUnknownError("lost reply")])
+
+    def failing(txn_id: str | int, *, within: float | None = None) -> Any:
+        raise BackendError("aerospike error 1: server error", code=1)  # an answer, and not a useful one
+
+    queue.outcome = failing  # type: ignore[method-assign]
+    with queue.producer(linger=NEVER, idempotent=True) as producer:
+        future = producer.send("a")
+    with pytest.raises(OutcomeUnknownError, match="receipts could not be read") as raised:
+        future.result(timeout=0)  # not the bare BackendError, which would not say it may be in
+    assert calls == [1] and "server error" in str(raised.value)
 
 
 def test_an_idempotent_producer_does_not_send_again_a_batch_refused_for_sure(store: Store) -> None:

@@ -82,7 +82,7 @@ def test_a_json_queue_takes_only_columns_json_holds() -> None:
 def test_json_text_is_read_with_its_integers_exact_and_its_numbers_in_a_doubles_range() -> None:
     from large_queue.spark._rows import _from_json
 
-    big = 2**64  # orjson alone would read it as a float
+    big = 2**64  # past 64 bits: read exact, for an entry check to refuse
     assert _from_json(f'{{"n": {big}, "s": "x"}}') == {"n": big, "s": "x"}
     assert type(_from_json(f"[{-(2**63) - 1}]".encode())[0]) is int
     assert _from_json('{"n": 1, "s": "12345678901234567890"}') == {"n": 1, "s": "12345678901234567890"}

@@ -60,7 +60,7 @@ def entry_maker(options: SourceOptions, schema: StructType) -> Callable[[Row], A
             return as_native(value)
         try:
             return _from_json(value) if how == "json" else msgspec.msgpack.decode(value)
-        except (msgspec.DecodeError, ValueError, TypeError) as exc:
+        except (msgspec.DecodeError, ValueError, TypeError, RecursionError) as exc:
             raise errors.InvalidArgumentError(
                 f"a value is not {how} as the value column's type (or valueFormat) says: {exc}"
                 " (valueFormat=text keeps a string value as it is)"

@@ -187,7 +187,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if options.group is not None:
             if queue.capacity < 2:  # see latestOffset: a micro-batch must leave room behind it
                 raise errors.InvalidArgumentError(
-                    f"queue {options.queue!r} holds 1 entry: a stream reading as a group needs a queue of"
+                    f"queue {options.queue!r} has capacity 1: a stream reading as a group needs a queue of"
                     " capacity 2 or more (Spark acks a micro-batch only once there are entries after it)"
                 )
             _groups.ensure(queue, options.group)  # created at the head on first use

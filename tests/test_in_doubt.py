@@ -210,6 +210,20 @@ def _local_server_process(address: str) -> int | None:
     return int(found[0])
 
 
+def _stopped(pid: int) -> None:
+    """Wait until every thread of process ``pid`` is stopped: ``kill`` returns before a thread running
+    on another core has been, and such a thread could still answer a command sent at once."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+
+
 @contextlib.contextmanager
 def _paused_server(address: str, timeout_ms: int) -> Iterator[tuple[Backend, list[RecordKey]]]:
     """A store on the server at ``address``, and two keys (the first holding ``n=0``), the server
@@ -222,6 +236,7 @@ def _paused_server(address: str, timeout_ms: int) -> Iterator[tuple[Backend, lis
     backend.put(keys[0], {"n": 0})
     os.kill(server, signal.SIGSTOP)
     try:
+        _stopped(server)
         yield backend, keys
     finally:
         os.kill(server, signal.SIGCONT)

@@ -26,7 +26,9 @@ class QueueStats:
     lock_waits: int = 0  #: lock acquire attempts refused because another holder had the lock
     locks_broken: int = 0  #: acquires that took over a lock whose holder had gone silent past the TTL
     fencing_refusals: int = 0  #: buffer writes refused because a later holder had written the record
-    locks_lost: int = 0  #: operations ended with LockLostError: nothing of them became visible
+    #: writes that found the lock lost (broken past its TTL, or taken by a call with the same txn id):
+    #: each a LockLostError, unless the library's own step (a release, a head move) let it go
+    locks_lost: int = 0
     outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
     #: entries its overwriting appends dropped (a dequeue under way may still deliver some of

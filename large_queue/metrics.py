@@ -67,7 +67,8 @@ def _description(name: str) -> str:
         "lock_waits": "Lock acquire attempts refused because another holder had the lock",
         "locks_broken": "Acquires that took over a lock whose holder was silent past the TTL",
         "fencing_refusals": "Buffer writes refused because a later lock holder had written the record",
-        "locks_lost": "Operations that ended with LockLostError (nothing of them became visible)",
+        "locks_lost": "Writes that found this handle's lock lost (broken past its TTL, or taken by a call"
+        " with the same txn id): LockLostError, unless the library's own step let it go",
         "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
         "entries_overwritten": "Entries dropped by overwriting appends, or found overwritten by dequeues",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from large_queue import Queue
+from large_queue.backends import RecordKey
 from large_queue.cli import main
 from tests.fix_backends import Place
 
@@ -371,3 +372,23 @@ def test_an_entry_whose_keys_would_merge_in_json_is_refused_not_printed_short(
     Queue.create(place.connect(), name, capacity=4).enqueue({b"x": 1, "$bytes:eA==": 2})
     assert main(["--url", place.url, "peek", name]) == 1
     assert "would be one key in JSON" in capsys.readouterr().err
+
+
+def test_an_embedded_url_sets_how_long_a_command_waits_for_a_busy_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operator's command does not hang 30 s on a file another writer holds: ``busy_timeout_ms``."""
+    from large_queue.backends.embedded import EmbeddedBackend
+
+    url = f"embedded://{tmp_path}/busy.db?busy_timeout_ms=300"
+    Queue.create(url, "q", capacity=4)
+    holder = EmbeddedBackend(tmp_path / "busy.db")
+    with holder.grouped():
+        holder.put(RecordKey("test", "other", "k"), {"v": 1})  # the writer lock is held from here on
+        started = time.monotonic()
+        assert main(["--url", url, "enqueue", "q", "1"]) == 1
+        waited = time.monotonic() - started
+    assert "stayed locked by another process for 0.3 s" in capsys.readouterr().err
+    assert 0.3 <= waited < 10
+    assert main(["--url", url, "enqueue", "q", "2"]) == 0  # free again
+    assert [entry.value for entry in Queue.open(url, "q").peek()] == [2]

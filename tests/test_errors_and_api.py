@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import pickle
 from pathlib import Path
@@ -283,6 +284,10 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
     backend = connect(f"embedded://{tmp_path}/a.db?namespaces=one,two&record_size_limit=65536")
     assert isinstance(backend, EmbeddedBackend)
     assert backend.namespaces == {"one", "two"} and backend.record_size_limit == 65536
+    assert connect(f"embedded://{tmp_path}/a.db?busy_timeout_ms=250")._busy_timeout == 0.25  # type: ignore[attr-defined]
+    for bad in (-1, math.nan, math.inf, True, "5"):
+        with pytest.raises(errors.InvalidArgumentError, match="busy_timeout must be a number of seconds"):
+            EmbeddedBackend(f"{tmp_path}/a.db", busy_timeout=bad)  # type: ignore[arg-type]
     monkeypatch.setenv("LARGE_QUEUE_URL", f"embedded://{tmp_path}/b.db")
     assert isinstance(connect(), EmbeddedBackend)
     assert connect(backend) is backend
@@ -307,6 +312,12 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
         (f"embedded://{tmp_path}/h.db?namespaces=", "namespaces= .* is blank"),
         (f"embedded://{tmp_path}/h.db?synchronous=", "synchronous= .* is blank"),
         (f"embedded://{tmp_path}/h.db?synchronous=full&synchronous=normal", "given 2 times"),
+        (
+            f"embedded://{tmp_path}/h.db?busy_timeout=5",
+            r"unknown parameter\(s\) busy_timeout in .* busy_timeout_ms",
+        ),
+        (f"embedded://{tmp_path}/h.db?busy_timeout_ms=-1", "not a positive integer"),
+        (f"embedded://{tmp_path}/h.db?busy_timeout_ms=99999999999", r"from 0 to 86400, got 99999999\.999"),
     ]:
         with pytest.raises(errors.InvalidArgumentError, match=message):
             connect(bad)

@@ -5,8 +5,9 @@
 - ``aerospike://host:port[,host:port]/namespace`` (port 3000 where none is given) with optional query
   parameters ``user``, ``password``, ``tls_name``, ``cafile``, ``timeout_ms``;
 - ``embedded:///path/to/store.db`` with optional ``namespaces`` (comma
-  separated), ``record_size_limit`` (bytes) and ``synchronous``
-  (``normal`` | ``full``).
+  separated), ``record_size_limit`` (bytes), ``synchronous``
+  (``normal`` | ``full``) and ``busy_timeout_ms`` (how long a write waits
+  for the file while another process writes, 30,000 unless told).
 
 With no URL it reads ``LARGE_QUEUE_URL``, and with nothing set it opens an
 embedded store in the per-user data directory. An ``aerospike.Client`` (or an
@@ -126,7 +127,7 @@ def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
 
 
 _PARAMETERS = {
-    "embedded": ("namespaces", "record_size_limit", "synchronous"),
+    "embedded": ("namespaces", "record_size_limit", "synchronous", "busy_timeout_ms"),
     "aerospike": ("user", "password", "tls_name", "cafile", "timeout_ms"),
 }
 
@@ -145,7 +146,11 @@ def _from_url(url: str, *, create: bool) -> Backend:
             f" {', '.join(_PARAMETERS[parts.scheme])}"
         )
     if parts.scheme == "embedded":
-        from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, EmbeddedBackend
+        from large_queue.backends.embedded import (
+            DEFAULT_BUSY_TIMEOUT_MS,
+            DEFAULT_RECORD_SIZE_LIMIT,
+            EmbeddedBackend,
+        )
 
         if parts.netloc:
             raise errors.InvalidArgumentError(
@@ -166,6 +171,7 @@ def _from_url(url: str, *, create: bool) -> Backend:
             namespaces=namespaces,
             record_size_limit=_integer(query, "record_size_limit", url) or DEFAULT_RECORD_SIZE_LIMIT,
             synchronous=_single(query, "synchronous", url) or "normal",
+            busy_timeout=(_integer(query, "busy_timeout_ms", url) or DEFAULT_BUSY_TIMEOUT_MS) / 1000,
             create=create,
         )
     if parts.scheme == "aerospike":

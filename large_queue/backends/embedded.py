@@ -63,6 +63,9 @@ from large_queue.backends.conditions import Clock, Condition, evaluate
 
 DEFAULT_RECORD_SIZE_LIMIT = 1024 * 1024
 MAX_RECORD_SIZE_LIMIT = 8 * 1024 * 1024
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+#: a write waits for the file at most a day (SQLite keeps the wait in milliseconds, in an int)
+MAX_BUSY_TIMEOUT = 86400.0
 MAX_SET_NAME_BYTES = 63
 
 # keys one SELECT of a batch get asks for (well under SQLite's limit of bound variables)
@@ -125,6 +128,9 @@ class EmbeddedBackend(Backend):
     clock, shared by every process on the machine). ``synchronous`` is
     SQLite's durability setting: ``"normal"`` (default) survives a crash of
     any process; ``"full"`` also survives power loss, at a cost in speed.
+    ``busy_timeout`` (seconds, 0 to fail at once) is how long a write waits
+    for the file while another process writes before it fails with
+    ``BackendBusyError``.
     ``create=False`` refuses to make a file (or its directory) that is not there.
     """
 
@@ -136,10 +142,19 @@ class EmbeddedBackend(Backend):
         record_size_limit: int = DEFAULT_RECORD_SIZE_LIMIT,
         clock: Callable[[], int] = time.time_ns,
         synchronous: str = "normal",
-        busy_timeout: float = 30.0,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT_MS / 1000,
         create: bool = True,
     ) -> None:
         super().__init__()
+        if (
+            not isinstance(busy_timeout, (int, float))
+            or isinstance(busy_timeout, bool)
+            or not 0 <= busy_timeout <= MAX_BUSY_TIMEOUT
+        ):
+            raise errors.InvalidArgumentError(
+                f"busy_timeout must be a number of seconds from 0 to {MAX_BUSY_TIMEOUT:g},"
+                f" got {busy_timeout!r}"
+            )
         if not 1024 <= record_size_limit <= MAX_RECORD_SIZE_LIMIT:
             raise errors.InvalidArgumentError(
                 f"record_size_limit must be between 1024 and {MAX_RECORD_SIZE_LIMIT} bytes,"

@@ -353,16 +353,20 @@ def bytes_as_json(value: Any) -> Any:
 
 
 def json_key(key: Any) -> Any:
-    """A map key as JSON can hold it: bytes as ``"$bytes:<base64>"`` (a JSON key is a string)."""
+    """A map key as JSON can hold it (a JSON key is a string): an int as its decimal text, bytes as
+    ``"$bytes:<base64>"``."""
     if isinstance(key, (bytes, bytearray)):
         return "$bytes:" + base64.b64encode(bytes(key)).decode()
+    if type(key) is int:
+        return str(key)
     return key
 
 
 def json_keys(value: Any) -> Any:
-    """``value`` with every bytes map key in it as :func:`json_key` says (the same object if none is).
+    """``value`` with every int and bytes map key in it as :func:`json_key` says (the same object if none is).
 
-    ``TypeError`` where a key so written is one the map holds already.
+    ``TypeError`` where a key so written is one the map holds already (``1`` beside ``"1"``): JSON
+    would hold the two as one key, and a reader would keep only one of their values.
     """
     kind = type(value)
     if kind is dict:
@@ -371,7 +375,7 @@ def json_keys(value: Any) -> Any:
         for key, item in value.items():
             shown, inner = json_key(key), json_keys(item)
             if shown is not key and shown in value:
-                raise TypeError(f"bytes key {key!r} and key {shown!r} would be one key in JSON")
+                raise TypeError(f"key {key!r} and key {shown!r} would be one key in JSON")
             changed = changed or shown is not key or inner is not item
             items[shown] = inner
         return items if changed else value

@@ -60,15 +60,16 @@ def _print(value: Any) -> None:
 
 def _standard(value: Any) -> Any:
     """``value`` as JSON can say it: the floats JSON has no number for (NaN, infinities) as the strings
-    JavaScript uses, and bytes map keys as ``"$bytes:<base64>"`` (a JSON key must be a string)."""
+    JavaScript uses, int map keys as their decimal text and bytes map keys as ``"$bytes:<base64>"`` (a
+    JSON key must be a string)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
         shown = {json_key(key): _standard(item) for key, item in value.items()}
         if len(shown) < len(value):
             raise errors.UnsupportedEntryError(
-                "an entry holds a bytes map key and a str key that would be one key in JSON: get it"
-                " through the library instead"
+                "an entry holds a map key (bytes, or an int) and a str key that would be one key in"
+                ' JSON (1 and "1"): get it through the library instead'
             )
         return shown
     if isinstance(value, (list, tuple)):

@@ -365,13 +365,18 @@ def test_stats_and_info_say_when_the_lock_holder_has_been_silent_past_its_ttl(
     assert "lock_expired" not in json.loads(_out(capsys))
 
 
+@pytest.mark.parametrize("entry", [{b"x": 1, "$bytes:eA==": 2}, {1: "int", "1": "str"}], ids=["bytes", "int"])
 def test_an_entry_whose_keys_would_merge_in_json_is_refused_not_printed_short(
-    place: Place, capsys: pytest.CaptureFixture[str]
+    place: Place, capsys: pytest.CaptureFixture[str], entry: dict[object, object]
 ) -> None:
     name = place.name("q")
-    Queue.create(place.connect(), name, capacity=4).enqueue({b"x": 1, "$bytes:eA==": 2})
+    queue = Queue.create(place.connect(), name, capacity=4)
+    queue.enqueue(entry)
+    queue.enqueue({1: "int alone", "2": "str"})
     assert main(["--url", place.url, "peek", name]) == 1
     assert "would be one key in JSON" in capsys.readouterr().err
+    assert main(["--url", place.url, "get", name, "1"]) == 0
+    assert json.loads(_out(capsys))["value"] == {"1": "int alone", "2": "str"}
 
 
 def test_an_embedded_url_sets_how_long_a_command_waits_for_a_busy_file(

@@ -77,6 +77,8 @@ def test_json_column_shows_a_bytes_key_whatever_its_value_and_refuses_one_that_w
     assert json_column("q", [0], [{b"k": None}]).to_pylist() == ['{"$bytes:aw==":null}']
     with pytest.raises(errors.UnsupportedEntryError, match="would be one key in JSON"):
         json_column("q", [0], [{b"x": 1, "$bytes:eA==": 2}])  # two keys, one in JSON: not one dropped
+    with pytest.raises(errors.UnsupportedEntryError, match="key 1 and key '1' would be one key in JSON"):
+        json_column("q", [0], [{"a": [{1: "int", "1": "str"}]}])  # orjson would write the key twice
 
 
 def test_json_column_names_entries_it_cannot_show() -> None:

@@ -215,9 +215,13 @@ def check_entries(
                 entry = pack(entry)
         except _Refused as refused:
             path = "".join(reversed(refused.path))
-            raise errors.UnsupportedEntryError(f"{_named(index, alone)}{path} {refused.problem}") from None
+            raise errors.UnsupportedEntryError(
+                f"{_named(index, alone)}{path} {refused.problem}", entry_index=_index(index, alone)
+            ) from None
         except (TypeError, OverflowError, UnicodeEncodeError) as exc:  # a lone surrogate: not UTF-8
-            raise errors.UnsupportedEntryError(f"{_named(index, alone)} cannot be stored: {exc}") from None
+            raise errors.UnsupportedEntryError(
+                f"{_named(index, alone)} cannot be stored: {exc}", entry_index=_index(index, alone)
+            ) from None
         checked.append(entry)
     _check_sizes(checked, limit_bytes, native=cuts_nul, alone=alone)
     return checked
@@ -226,6 +230,11 @@ def check_entries(
 def _named(index: int, alone: bool) -> str:
     """How a refusal names entry ``index``: by its index in a batch, or as the one entry sent."""
     return "the entry" if alone else f"entry {index}"
+
+
+def _index(index: int, alone: bool) -> int | None:
+    """A refusal's ``entry_index``: the entry's index in its batch, None for the one entry sent."""
+    return None if alone else index
 
 
 def check_entry(entry: Any, limit_bytes: int, encoding: str = NATIVE) -> Any:
@@ -302,10 +311,13 @@ def _check_sizes(checked: list[Any], limit_bytes: int, *, native: bool = False, 
                         f" {limit_bytes} bytes (lower slots_per_record or raise the record size limit)",
                         size=size,
                         limit=limit_bytes,
+                        entry_index=_index(index, alone),
                     )
     except (UnicodeEncodeError, TypeError, OverflowError) as exc:  # a lone surrogate: not UTF-8
         index = _first_unencodable(checked)
-        raise errors.UnsupportedEntryError(f"{_named(index, alone)} cannot be stored: {exc}") from None
+        raise errors.UnsupportedEntryError(
+            f"{_named(index, alone)} cannot be stored: {exc}", entry_index=_index(index, alone)
+        ) from None
 
 
 def _native_extra(value: Any) -> int:

@@ -103,16 +103,31 @@ def _json_entry(where: str, text: str) -> Any:
         raise errors.InvalidArgumentError(f"{where} is nested too deeply to read") from None
 
 
-def _entries_given(entries: list[str]) -> list[Any]:
-    """``enqueue``'s entries: its arguments, or with ``-`` alone one a line of standard input.
+def _entries_given(entries: list[str]) -> tuple[list[str], list[Any]]:
+    """``enqueue``'s entries and where each was given: its arguments, or with ``-`` alone one a line
+    of standard input.
 
     Lines end at a line feed only (JSON may hold other line separators,
     such as U+2028, inside its strings); blank lines are no entries.
     """
     if entries != ["-"]:
-        return [_json_entry(f"entry {index}", text) for index, text in enumerate(entries)]
-    lines = sys.stdin.read().split("\n")
-    return [_json_entry(f"line {number}", line) for number, line in enumerate(lines, 1) if line.strip()]
+        given = [(f"entry {index}", text) for index, text in enumerate(entries)]
+    else:
+        lines = sys.stdin.read().split("\n")
+        given = [(f"line {number}", line) for number, line in enumerate(lines, 1) if line.strip()]
+    return [where for where, _ in given], [_json_entry(where, text) for where, text in given]
+
+
+def _enqueue(queue: Queue, entries: list[str], *, overwrite_if_full: bool) -> list[int]:
+    """``enqueue``'s batch, all or none; a refused entry read from standard input is named by its line."""
+    wheres, values = _entries_given(entries)
+    try:
+        return list(queue.enqueue_batch(values, overwrite_if_full=overwrite_if_full))
+    except (errors.UnsupportedEntryError, errors.EntryTooLargeError) as exc:
+        index = getattr(exc, "entry_index", None)
+        if index is None or entries != ["-"]:
+            raise  # the entries are the arguments, which the error's index counts already
+        raise type(exc)(f"{wheres[index]} of standard input: {exc}", **vars(exc)) from None
 
 
 def _demo(url: str | None) -> None:
@@ -610,9 +625,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 for entry in queue.peek(args.count, start=args.start):
                     _print(_entry(entry))
             elif args.command == "enqueue":
-                values = _entries_given(args.entries)
-                offsets = queue.enqueue_batch(values, overwrite_if_full=args.overwrite_if_full)
-                _print({"offsets": list(offsets)})
+                _print({"offsets": _enqueue(queue, args.entries, overwrite_if_full=args.overwrite_if_full)})
     except errors.LargeQueueError as exc:
         if args.debug:
             raise

@@ -329,6 +329,11 @@ def test_enqueue_reads_entries_from_standard_input_one_a_line(
     monkeypatch.setattr("sys.stdin", io.StringIO('3\n\n\n{"b"\n'))
     assert main(["--url", place.url, "enqueue", name, "-"]) == 1
     assert "line 4 is not valid JSON" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"1\n\n\n{2**70}\n"))  # JSON, but past 64 bits
+    assert main(["--url", place.url, "enqueue", name, "-"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("large-queue: UnsupportedEntryError: line 4 of standard input: entry 1 "), said
+    assert Queue.open(place.connect(), name).info().size == 3  # all or none: the 1 was not written
 
 
 @pytest.mark.parametrize(

@@ -112,10 +112,11 @@ def test_flat_entries_are_refused_alike_alone_and_in_batches(
 ) -> None:
     queue = store.new_queue(encoding=encoding)
     commands = store.backend.commands
-    with pytest.raises(UnsupportedEntryError, match=message):
+    with pytest.raises(UnsupportedEntryError, match=message) as alone:
         queue.enqueue(entry)
-    with pytest.raises(UnsupportedEntryError, match=message):
-        queue.enqueue_batch([entry])
+    with pytest.raises(UnsupportedEntryError, match=message) as batched:
+        queue.enqueue_batch(["fine", entry])
+    assert (alone.value.entry_index, batched.value.entry_index) == (None, 1)  # type: ignore[attr-defined]
     assert store.backend.commands == commands  # nothing was sent
     assert queue.info().size == 0
 
@@ -236,8 +237,11 @@ def test_a_batch_larger_than_a_slot_names_its_first_entry_too_large(too_large: i
     batch[too_large] = "y" * limit
     batch[min(too_large + 3, 49)] = "z" * limit  # a later one too large as well: the first is named
     # a native entry: its encoding (3 bytes of header) and the 2 Aerospike may add to a str in a list
-    with pytest.raises(EntryTooLargeError, match=f"^entry {too_large} is {limit + 5} bytes as stored"):
+    with pytest.raises(
+        EntryTooLargeError, match=f"^entry {too_large} is {limit + 5} bytes as stored"
+    ) as refused:
         check_entries(batch, limit)
+    assert refused.value.entry_index == too_large  # type: ignore[attr-defined]
     batch = list(small)
     batch[too_large] = "y" * (limit - 5)  # exactly a slot: fits
     assert check_entries(batch, limit) == batch

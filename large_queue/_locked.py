@@ -148,8 +148,14 @@ def _retrying_timeouts(
         queue.counters.bump("commands")
         try:
             return queue.backend.operate(key, operations, condition=guard)
-        except errors.BackendTimeoutError:
+        except errors.BackendTimeoutError as exc:
             if attempt == BUFFER_ATTEMPTS:
-                raise
+                raise errors.BackendTimeoutError(
+                    f"a buffer command of queue {queue.name!r} timed out {BUFFER_ATTEMPTS} times ({exc}):"
+                    " the operation stopped before its commit, so nothing of it is visible and it can"
+                    " be made again",
+                    code=exc.code,
+                    in_doubt=False,
+                ) from exc
             queue.counters.bump("timeouts_repeated")
     raise AssertionError("BUFFER_ATTEMPTS must be positive")

@@ -22,7 +22,7 @@ The failure story of a lock-free enqueue with a txn id, as a timeline
 
     t=0.0  P reserves offsets 40..41 for txn "t9": the reservation writes the
            receipt t9 -> [store ms, 40, 2, "e"] in the same command. Its
-           publish times out; P's caller gets BackendTimeoutError.
+           publish times out, every attempt; P's caller gets OutcomeUnknownError.
     t=0.1  The caller calls again with txn "t9". The reservation is refused
            (a receipt for t9 exists) and the receipt read back.
            - Slot 41 holds offset 41's entry: the first publish was applied;

@@ -414,7 +414,12 @@ class Queue:
         mine = receipt and txn_id is not None
         if self.reserved:
             if mine:  # counted there: a call answered from its receipt enqueued nothing
-                return _receipts.append_once(self, values, _txn_id(txn_id), overwrite_if_full)
+                txn = _txn_id(txn_id)
+                try:
+                    return _receipts.append_once(self, values, txn, overwrite_if_full)
+                except errors.OutcomeUnknownError as exc:
+                    exc.txn_id = exc.txn_id or txn  # the publish's, which names no txn
+                    raise
             if txn_id is not None:  # it names nothing here (no lock), but a bad one is still refused
                 _txn_id(txn_id)
             with self.backend.grouped():  # on the embedded store, one transaction: no hole for others to see

@@ -19,6 +19,7 @@ from large_queue.errors import (
     ConditionNotMetError,
     CorruptQueueError,
     LockNotAcquiredError,
+    OutcomeUnknownError,
 )
 from large_queue.lock import LockPolicy
 from tests.fix_backends import Store
@@ -378,3 +379,35 @@ def test_a_batch_sent_together_that_meets_a_closed_record_says_closed_before_any
     with pytest.raises(ReservationClosedError):
         queue.appender.publish(first, list(range(9)), queue.appender.store_now())
     assert queue.appender._read_slots(2, [(2, 8)]) == [[8]]  # the batch's last slot: a tombstone now
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_publish_that_times_out_at_every_attempt_is_an_outcome_unknown(store: Store, applied: bool) -> None:
+    """Any attempt may have been applied: the caller is told so, with the offsets, not a bare timeout."""
+    queue = store.new_queue(capacity=6, slots_per_record=3, hole_timeout=0.2)
+    backend = FaultInjectingBackend(store.backend)
+    faulty = Queue.open(backend, queue.name)
+    backend.inject(lambda call: call.is_buffer, applied=applied, times=3)
+    with pytest.raises(OutcomeUnknownError, match="timed out") as caught:
+        faulty.enqueue_batch(["a", "b"])
+    assert caught.value.offsets == range(0, 2) and caught.value.stage == "publishing"
+    assert faulty.stats().outcomes_unknown == 1
+    faulty.enqueue("c")
+    # applied: the entries are there; not: their offsets are a hole that the reader closes
+    assert [entry.value for entry in queue.dequeue_batch(5, timeout=5)] == (
+        ["a", "b", "c"] if applied else ["c"]
+    )
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_reservation_that_times_out_at_every_attempt_is_definite(store: Store, applied: bool) -> None:
+    """Applied unseen, a reservation is a hole that readers close: nothing of the append ever shows."""
+    queue = store.new_queue(capacity=6, slots_per_record=3, hole_timeout=0.2)
+    backend = FaultInjectingBackend(store.backend)
+    faulty = Queue.open(backend, queue.name)
+    backend.inject(lambda call: call.key.user_key == rec.METADATA_KEY, applied=applied, times=3)  # reserving
+    with pytest.raises(BackendTimeoutError, match="appending again is safe") as caught:
+        faulty.enqueue("a")
+    assert not caught.value.in_doubt
+    faulty.enqueue("b")
+    assert [entry.value for entry in queue.dequeue_batch(5, timeout=5)] == ["b"]

@@ -21,7 +21,7 @@ from large_queue import (
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
 from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import BackendTimeoutError, ConditionNotMetError
+from large_queue.errors import ConditionNotMetError
 from tests.fix_backends import Store
 
 APPENDS = ["reserve", "lock"]
@@ -104,10 +104,11 @@ def test_an_in_doubt_enqueue_is_answered_by_outcome_and_settled_by_the_retry(
         assert queue.enqueue_batch(["a", "b"], txn_id="t9") == range(0, 2)
         assert queue.stats().outcomes_unknown == 0
     else:
-        with pytest.raises((OutcomeUnknownError, BackendTimeoutError)) as caught:
+        with pytest.raises(OutcomeUnknownError) as caught:  # the commit's, or the publish's
             queue.enqueue_batch(["a", "b"], txn_id="t9")
-        if isinstance(caught.value, OutcomeUnknownError):
-            assert "queue.outcome(txn_id)" in str(caught.value)
+        assert "queue.outcome(txn_id)" in str(caught.value) and caught.value.txn_id == "t9"
+        assert caught.value.offsets == range(0, 2)
+        assert queue.stats().outcomes_unknown == 1
         assert queue.outcome("t9").state == ("committed" if applied else "pending")
     started = time.monotonic()
     assert queue.enqueue_batch(["a", "b"], txn_id="t9") == range(0, 2)
@@ -134,7 +135,7 @@ def test_an_in_doubt_dequeue_retried_returns_the_same_entries(store: Store, appl
 def test_a_closed_reservation_is_reserved_again_by_the_retry(store: Store) -> None:
     backend, queue = _faulty(store, appends="reserve")
     backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(OutcomeUnknownError):
         queue.enqueue_batch(["a", "b"], txn_id="t1")
     queue.appender.close(0, 2)  # what a reader does after the hole timeout
     outcome = queue.outcome("t1")
@@ -195,7 +196,7 @@ def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) 
     backend.inject(
         lambda call: call.is_buffer and call.key.user_key.endswith("-1"), applied=False, times=ATTEMPTS
     )
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(OutcomeUnknownError):  # the last record's publish is the batch's, in doubt
         queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1")
     assert queue.info().tail_offset == 1  # nothing of the batch is visible
     assert queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1") == range(1, 5)
@@ -320,7 +321,7 @@ def test_a_dead_producers_reservation_closed_by_a_reader_is_told_apart_after_its
     """A producer dies between its reservation and its publish; a reader closes the hole; laps go by."""
     backend, queue = _faulty(store, appends="reserve")  # capacity 12
     backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # it never publishes
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(OutcomeUnknownError):
         queue.enqueue_batch(["a", "b"], txn_id="dead")
     queue.appender.close(0, 2)  # what a reader does after the hole timeout
     queue.enqueue_batch(["lap-0"] * 10)  # offsets 2..11
@@ -396,7 +397,7 @@ def test_a_reservation_an_overwriting_producer_skipped_stays_unknown(store: Stor
     """Its producer died before publishing, and an overwrite moved the head past it: not published."""
     backend, queue = _faulty(store, appends="reserve")  # capacity 12
     backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # it never publishes
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(OutcomeUnknownError):
         queue.enqueue_batch(["a", "b"], txn_id="dead")
     queue.enqueue_batch(["o"] * 12, overwrite_if_full=True)  # offsets 2..13: the head passes 0..1
     _laps(queue)
@@ -434,7 +435,7 @@ def test_a_reader_marks_a_run_closing_before_its_tombstones(store: Store) -> Non
     """The reader's tombstones go in, and it dies before it marks them closed: unknown, not published."""
     backend, queue = _faulty(store, appends="reserve")  # capacity 12
     backend.inject(lambda call: call.is_buffer, applied=False, times=ATTEMPTS)  # its producer never publishes
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(OutcomeUnknownError):
         queue.enqueue_batch(["a", "b"], txn_id="dead")
     backend.inject(lambda call: call.is_buffer, applied=True)  # the tombstones go in, the reply is lost
     with pytest.raises(ConditionNotMetError):  # its repeat is refused by them: it never marks them closed

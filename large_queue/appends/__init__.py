@@ -374,11 +374,17 @@ class Appender:
             self.counters.bump("commands")
             try:
                 result = send()
-            except errors.BackendTimeoutError:
+            except errors.BackendTimeoutError as exc:
                 # Applied or not, repeating is safe: an applied reservation that
                 # nobody publishes is a hole that readers close.
                 if attempt == ATTEMPTS:
-                    raise
+                    raise errors.BackendTimeoutError(
+                        f"reserving {count} offsets in queue {self.keys.name!r} timed out {ATTEMPTS} times"
+                        f" ({exc}): nothing of the append is visible, or will be (a reservation applied"
+                        " unseen is a hole that readers close), so appending again is safe",
+                        code=exc.code,
+                        in_doubt=False,
+                    ) from exc
                 self.counters.bump("timeouts_repeated")
                 continue
             except errors.ConditionNotMetError:
@@ -621,19 +627,41 @@ class Appender:
                 return
             if isinstance(failure, errors.BackendTimeoutError):
                 if attempt == ATTEMPTS:
+                    if published:
+                        raise self._unknown(put, f"timed out {ATTEMPTS} times", failure) from failure
                     raise failure
                 timed_out = True
                 self.counters.bump("timeouts_repeated")
             elif isinstance(failure, errors.ConditionNotMetError):
                 if not published:
                     raise failure
-                if (timed_out or repeat) and self._holds_entries(put.record, pairs(put.slots)):
-                    return  # the timed-out attempt (or the txn's earlier call) was applied
-                raise self._closed(put.record, pairs(put.slots), timed_out=timed_out) from None
+                try:
+                    if (timed_out or repeat) and self._holds_entries(put.record, pairs(put.slots)):
+                        return  # the timed-out attempt (or the txn's earlier call) was applied
+                    closed = self._closed(put.record, pairs(put.slots), timed_out=timed_out)
+                except errors.BackendError as exc:  # its slots could not be read to tell
+                    if not timed_out:
+                        raise
+                    raise self._unknown(put, "timed out, and its slots could not be read", exc) from exc
+                raise closed from None
             elif isinstance(failure, errors.RecordNotFoundError):
                 raise self._missing(put) from None
             else:
                 raise failure
+
+    def _unknown(self, put: SlotPut, what: str, cause: errors.BackendError) -> errors.OutcomeUnknownError:
+        """A publish that timed out, and was not found applied or not: any attempt may have been."""
+        self.counters.bump("outcomes_unknown")
+        offsets = [offset for _, offset in pairs(put.slots)]
+        return errors.OutcomeUnknownError(
+            f"a publish to queue {self.keys.name!r} {what}: it may have been applied"
+            " (its entries visible) or not (a reader then closes its offsets after the hole timeout);"
+            " with a txn_id, queue.outcome(txn_id) or the same call again settles it",
+            queue=self.keys.name,
+            stage="publishing",
+            detail=f"offsets {offsets[0]}..{offsets[-1]} in buffer record {put.record} ({cause})",
+            offsets=range(offsets[0], offsets[-1] + 1),
+        )
 
     def _missing(self, put: SlotPut) -> errors.QueueError:
         """Why a publish found no buffer record: the queue is gone (or another now), or that record is."""

@@ -55,6 +55,13 @@ def _reference_reasons() -> Iterator[None]:
         raise type(exc)(reason, **details) from exc
 
 
+def _flag(value: Any) -> Any:
+    """``overwrite_if_full`` as the reference took it (any truthy value): None, 0 and 1 as the bools
+    they stand for; anything else not a bool is refused by the queue (``"false"`` is truthy, and
+    would drop entries)."""
+    return bool(value) if value is None or (type(value) is int and value in (0, 1)) else value
+
+
 def _as_dict(entry: Entry | None) -> dict[str, Any] | None:
     return None if entry is None else {"offset": entry.offset, "entry": entry.value}
 
@@ -96,7 +103,8 @@ class LargeQueue:
         """Keys ``name``, ``max-size``, ``namespace``, ``head-offset``, ``tail-offset`` (and more)."""
         if self.queue is None:
             return None
-        info = self.queue.info()
+        with _reference_reasons():
+            info = self.queue.info()
         return {
             "name": info.name,
             "max-size": info.capacity,
@@ -116,7 +124,7 @@ class LargeQueue:
         id may serve many calls (no receipts; see ``Queue.enqueue`` for those).
         """
         with _reference_reasons():
-            return self._opened()._enqueue_as(entry, txn_id, overwrite_if_full)
+            return self._opened()._enqueue_as(entry, txn_id, _flag(overwrite_if_full))
 
     def dequeue(self, txn_id: Any) -> dict[str, Any] | None:
         """Remove the head entry: ``{'offset': ..., 'entry': ...}``, or None if empty."""
@@ -132,4 +140,5 @@ class LargeQueue:
         queue = self._opened()
         if type(offset) is int and offset < 0:
             return None
-        return _as_dict(queue.get(offset))
+        with _reference_reasons():
+            return _as_dict(queue.get(offset))

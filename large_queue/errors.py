@@ -23,7 +23,9 @@ class LargeQueueError(Exception):
     (``err.txn_id``, ``err.in_doubt``, ...) and survive pickling.
     """
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        if message is None:  # ASAborted(reason=...), as the original exception was made
+            message = str(details.pop("reason", ""))
         super().__init__(message)
         self.__dict__.update(details)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from large_queue import ASAborted, InvalidArgumentError, LargeQueue, QueueFullError
+from large_queue import ASAborted, InvalidArgumentError, LargeQueue, Queue, QueueFullError
 from tests.fix_backends import Store
 
 
@@ -65,12 +65,32 @@ def test_reference_full_queue_and_overwrite(store: Store) -> None:
     assert "free slots" in refused[0].detail  # type: ignore[attr-defined]
     with pytest.raises(InvalidArgumentError, match="overwrite_if_full"):  # "false" is truthy: refused
         test_queue.enqueue(20, 111, "false")
+    for falsy in (0, None):  # the reference took any truthy value: these are what they mean
+        with pytest.raises(QueueFullError):
+            test_queue.enqueue(20, 111, falsy)
+    assert test_queue.enqueue(20, 111, 1) == 12  # overwrites the oldest
+    assert test_queue.get_entry_at_offset(0) is None
     for i in range(20):
         test_queue.enqueue(i, 111, True)
     info = test_queue.get_queue_info()
     assert info is not None and info["tail-offset"] - info["head-offset"] == 12
     entries = [test_queue.get_entry_at_offset(o) for o in range(info["head-offset"], info["tail-offset"])]
     assert [e["entry"] for e in entries if e] == list(range(8, 20))
+
+
+def test_reference_reasons_hold_for_reads_of_a_deleted_queue_and_asaborted_is_made_as_before(
+    store: Store,
+) -> None:
+    name = store.new_queue(appends="lock").name
+    reader = LargeQueue()
+    reader.initialize_existing_queue(store.backend, "test", name)
+    Queue.delete(store.backend, name)
+    for read in (reader.get_queue_info, lambda: reader.get_entry_at_offset(0), lambda: reader.dequeue(1)):
+        with pytest.raises(ASAborted) as gone:
+            read()
+        assert gone.value.reason == "Queue does not exist" and name in gone.value.detail  # type: ignore[attr-defined]
+    made = ASAborted(reason="Queue is full")  # as application code made the original exception
+    assert made.reason == str(made) == "Queue is full"
 
 
 def test_reference_reasons_for_the_outcomes_it_named(store: Store) -> None:

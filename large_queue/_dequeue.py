@@ -171,9 +171,11 @@ def _receipt(queue: Queue, grant: LockGrant, mine: bool, new_head: int, taken: l
 def dequeued(queue: Queue, taken: list[Entry], overwritten: int, expired: int) -> None:
     """Count a committed dequeue's entries, and say what it passed over: overwritten and expired ones.
 
-    Only after the commit is it certain: a holder whose lock broke may see reused slots.
+    Only after the commit is it certain: a holder whose lock broke may see reused slots. The
+    overwritten ones are counted by the append that dropped them (``entries_overwritten``), not
+    again here: handles of one queue published together would count them twice.
     """
-    queue.counters.add(entries_dequeued=len(taken), entries_overwritten=overwritten)
+    queue.counters.add(entries_dequeued=len(taken))
     if overwritten:
         log.warning(
             "queue %r: %d entries were overwritten before they were dequeued", queue.name, overwritten

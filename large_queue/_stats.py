@@ -2,7 +2,8 @@
 
 Every :class:`large_queue.Queue` keeps a :class:`Counters`; ``queue.stats()``
 takes a :class:`QueueStats` snapshot of it. The counters are this process's
-view through this handle (other processes keep their own); the gauges of the
+view through this handle (other processes keep their own, and a forked child
+starts from zero); the gauges of the
 queue itself (size, head, tail) are in ``queue.info()``.
 :mod:`large_queue.metrics` publishes the snapshots to Prometheus.
 """
@@ -10,7 +11,9 @@ queue itself (size, head, tail) are in ``queue.info()``.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
+import weakref
 from dataclasses import dataclass, fields
 
 
@@ -22,7 +25,7 @@ class QueueStats:
     entries_enqueued: int = 0
     dequeue_calls: int = 0  #: dequeue and dequeue_batch calls that returned (empty ones too)
     entries_dequeued: int = 0
-    commands: int = 0  #: store commands (round trips) the handle's operations sent
+    commands: int = 0  #: store commands (round trips) its enqueues, dequeues and their lock sent
     lock_waits: int = 0  #: lock acquire attempts refused because another holder had the lock
     locks_broken: int = 0  #: acquires that took over a lock whose holder had gone silent past the TTL
     fencing_refusals: int = 0  #: buffer writes refused because a later holder had written the record
@@ -31,8 +34,8 @@ class QueueStats:
     locks_lost: int = 0
     outcomes_unknown: int = 0  #: operations ended with OutcomeUnknownError (a commit timed out in doubt)
     timeouts_repeated: int = 0  #: buffer commands that timed out and were sent again (idempotent)
-    #: entries its overwriting appends dropped (a dequeue under way may still deliver some of
-    #: those it had read), or it found overwritten
+    #: entries its overwriting appends dropped (a dequeue under way may still deliver some of those
+    #: it had read; reserved offsets never published count too); dequeues that meet them only log it
     entries_overwritten: int = 0
     entries_expired: int = 0  #: entries dropped from the head for being older than the queue's max_age
     entries_purged: int = 0  #: entries this handle's purges dropped
@@ -54,6 +57,11 @@ class Counters:
     """
 
     def __init__(self) -> None:
+        self._start()
+        _ALL.add(self)
+
+    def _start(self) -> None:
+        """Every counter at zero (also in a forked child: see :func:`_start_again_in_a_child`)."""
         self._lock = threading.Lock()
         self._local = threading.local()
         self._threads: list[tuple[threading.Thread, dict[str, int]]] = []
@@ -111,6 +119,21 @@ class Counters:
 
 #: orders the sizes handles saw, so that of several handles of one queue the latest is told
 _SIZES_SEEN = itertools.count(1)
+
+#: the counters of every handle of the process
+_ALL: weakref.WeakSet[Counters] = weakref.WeakSet()
+
+
+def _start_again_in_a_child() -> None:
+    """A forked child counts from zero: what its handles did is its own, and a process that forks
+    workers would otherwise have its counts published again by each of them. (Its lock is made
+    anew too: a thread of the parent may have held it, a scrape say, at the fork.)"""
+    for counters in list(_ALL):
+        counters._start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_start_again_in_a_child)
 
 _COUNTED = tuple(field.name for field in fields(QueueStats) if field.name != "size")
 

@@ -473,7 +473,8 @@ def _stored_stats(queue: Queue, info: QueueInfo) -> dict[str, Any]:
         shared = ownership_info(queue)
         stats["consumers"] = {
             "owner": shared.owner,
-            "not_delivered": info.tail_offset - max(shared.delivered_offset, info.head_offset),
+            # read after info: the consumers may have gone past the tail it read since
+            "not_delivered": max(0, info.tail_offset - max(shared.delivered_offset, info.head_offset)),
             "delivered_not_acked": shared.in_flight,
             "live_nodes": sum(node.alive for node in shared.nodes),
         }
@@ -482,8 +483,8 @@ def _stored_stats(queue: Queue, info: QueueInfo) -> dict[str, Any]:
             group.name: {
                 "owner": group.owner,
                 "lag": group.lag,
-                "not_delivered": info.tail_offset
-                - max(group.delivered_offset, info.head_offset),  # lost: not owed
+                # below the head: lost, not owed; past the tail info read: delivered since
+                "not_delivered": max(0, info.tail_offset - max(group.delivered_offset, info.head_offset)),
                 "delivered_not_acked": group.in_flight,
                 "lost": group.lost,
                 "dead_lettered": group.dead_lettered,

@@ -7,14 +7,18 @@ Example::
 
     publish(queue)               # large_queue_entries_enqueued_total{queue="events", namespace="test"} ...
     publish(producer_side, consumer_side)   # handles of one queue: one series, their counts added
+    publish(orders)              # later calls add to the same collector: one series per queue still
     start_http_server(9108)
 
 The counters are read from ``queue.stats()`` when Prometheus scrapes, so
-publishing costs the queue's operations nothing.
+publishing costs the queue's operations nothing. A published handle is
+kept (and counted) until :func:`unpublish`.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
@@ -31,6 +35,18 @@ class QueueCollector:
 
     def __init__(self, queues: list[Queue]) -> None:
         self.queues = queues
+        self._changing = threading.Lock()
+
+    def add(self, queues: tuple[Queue, ...]) -> None:
+        """Publish ``queues`` too (a handle already published counts once)."""
+        with self._changing:
+            self.queues = [*self.queues, *queues]  # replaced whole: a scrape under way reads one list
+
+    def remove(self, queues: tuple[Queue, ...]) -> None:
+        """Stop publishing ``queues``."""
+        gone = {id(queue) for queue in queues}
+        with self._changing:
+            self.queues = [queue for queue in self.queues if id(queue) not in gone]
 
     def collect(self) -> Iterator[Any]:
         """One metric family per counter, a sample per queue.
@@ -63,25 +79,55 @@ class QueueCollector:
 def _description(name: str) -> str:
     doc = {
         "size": "Entries in the queue when one of its handles last looked (the latest look)",
-        "commands": "Store commands (round trips) the handle's operations sent",
+        "commands": "Store commands (round trips) the handle's enqueues, dequeues and their lock sent",
         "lock_waits": "Lock acquire attempts refused because another holder had the lock",
         "locks_broken": "Acquires that took over a lock whose holder was silent past the TTL",
         "fencing_refusals": "Buffer writes refused because a later lock holder had written the record",
         "locks_lost": "Writes that found this handle's lock lost (broken past its TTL, or taken by a call"
         " with the same txn id): LockLostError, unless the library's own step let it go",
-        "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit timed out in doubt)",
+        "outcomes_unknown": "Operations that ended with OutcomeUnknownError (a commit or publish timed out"
+        " in doubt)",
         "timeouts_repeated": "Buffer commands that timed out and were sent again",
-        "entries_overwritten": "Entries dropped by overwriting appends, or found overwritten by dequeues",
-        "entries_expired": "Entries dropped from the head for being older than the queue's max_age",
-        "entries_purged": "Entries dropped by this handle's purges",
+        "entries_overwritten": "Entries (and reserved offsets never published) dropped by overwriting"
+        " appends",
+        "entries_expired": "Entries dropped from the head for being older than the queue's max_age"
+        " (each consumer group drops them from its own view, and counts them)",
+        "entries_purged": "Entries (and reserved offsets not yet published) dropped by this handle's purges",
     }
     return doc.get(name, name.replace("_", " ").capitalize())
 
 
+#: the one collector of each registry: a second would put out every family again, which
+#: Prometheus's registry refuses and its parsers reject
+_COLLECTORS: weakref.WeakKeyDictionary[Any, QueueCollector] = weakref.WeakKeyDictionary()
+_REGISTERING = threading.Lock()
+
+
 def publish(*queues: Queue, registry: Any = None) -> QueueCollector:
-    """Register a collector of ``queues``' counters with ``registry`` (default: Prometheus's)."""
+    """Publish ``queues``' counters in ``registry`` (default: Prometheus's); returns its collector.
+
+    Each registry has one collector of the library's, made at the first
+    call and added to by later ones, so queues opened later can be
+    published as they come.
+    """
     from prometheus_client import REGISTRY
 
-    collector = QueueCollector(list(queues))
-    (registry or REGISTRY).register(collector)
+    target = REGISTRY if registry is None else registry
+    with _REGISTERING:
+        collector = _COLLECTORS.get(target)
+        if collector is None:
+            collector = QueueCollector(list(queues))
+            target.register(collector)
+            _COLLECTORS[target] = collector
+        else:
+            collector.add(queues)
     return collector
+
+
+def unpublish(*queues: Queue, registry: Any = None) -> None:
+    """Stop publishing ``queues`` in ``registry`` (default: Prometheus's); their series leave it."""
+    from prometheus_client import REGISTRY
+
+    collector = _COLLECTORS.get(REGISTRY if registry is None else registry)
+    if collector is not None:
+        collector.remove(queues)

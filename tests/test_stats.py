@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,7 @@ from large_queue import LockLostError, LockNotAcquiredError, LockPolicy, Queue, 
 from large_queue import _records as rec
 from large_queue._stats import Counters
 from large_queue.backends import ListSetRange
+from large_queue.backends._delegating import Delegating
 from tests.fix_backends import Place, Store
 
 TTL = 0.3
@@ -36,6 +39,25 @@ def test_operations_entries_and_commands_are_counted(store: Store) -> None:
     assert stats.commands == store.backend.commands - before  # every command this handle sent, and only those
     assert stats.size == 8 - 1  # as the last dequeue_batch saw it when it took the lock
     assert (stats.lock_waits, stats.locks_broken, stats.locks_lost, stats.fencing_refusals) == (0, 0, 0, 0)
+
+
+def test_a_lock_broken_by_a_call_with_its_holders_txn_id_is_counted_and_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reference API names every call's holder by one txn id: a restarted client breaks its dead
+    predecessor's expired lock, which is a break like any other (not a take-back of its own)."""
+    queue = store.new_queue(appends="lock", capacity=6, slots_per_record=3, lock_ttl=TTL)
+    queue.lock.try_acquire("1")  # a client dies holding the lock
+    store.advance(TTL * 2)
+    restarted = Queue.open(store.backend, queue.name)
+    with caplog.at_level("WARNING", logger="large_queue"):
+        restarted._enqueue_as("x", "1", False)  # as LargeQueue.enqueue(entry, txn_id=1) does
+    assert restarted.stats().locks_broken == 1
+    assert "took over the lock from '1', silent past the lock TTL" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="large_queue"):
+        restarted._enqueue_as("y", "1", False)  # the lock was free: nothing broken
+    assert restarted.stats().locks_broken == 1 and "took over" not in caplog.text
 
 
 def test_waits_breaks_and_fencing_refusals_are_counted(store: Store) -> None:
@@ -107,6 +129,34 @@ def test_handles_of_one_queue_are_one_series_in_prometheus(store: Store) -> None
     assert len(labels) == len(set(labels))  # no series twice
 
 
+def test_queues_published_by_later_calls_join_the_same_series_and_can_leave(store: Store) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as open_metrics
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from large_queue.metrics import publish, unpublish
+
+    first, second = store.new_queue(capacity=6), store.new_queue(capacity=6)
+    again = Queue.open(store.backend, first.name)
+    for queue in (first, second, again):
+        queue.enqueue("x")
+    registry = CollectorRegistry(auto_describe=True)  # as Prometheus's own registry is
+    assert publish(first, registry=registry) is publish(second, again, registry=registry)
+    families = list(text_string_to_metric_families(open_metrics(registry).decode()))  # one of each name
+    assert len({family.name for family in families}) == len(families)
+    enqueued = {
+        sample.labels["queue"]: sample.value
+        for family in families
+        if family.name == "large_queue_entries_enqueued"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert enqueued == {first.name: 2, second.name: 1}  # the handles of one queue added up
+    unpublish(second, registry=registry)
+    assert second.name not in generate_latest(registry).decode()
+    assert first.name in generate_latest(registry).decode()
+
+
 def test_the_size_of_handles_of_one_queue_is_the_latest_any_saw(store: Store) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -157,3 +207,67 @@ def test_counters_of_threads_that_ended_are_kept_in_one_total() -> None:
     stats = counters.snapshot()
     assert (stats.enqueue_calls, stats.entries_enqueued) == (301, 602)
     assert len(counters._threads) <= 2
+
+
+def test_stats_never_shows_a_negative_backlog_when_consumers_move_on_while_it_reads(place: Place) -> None:
+    """``info()`` is read first, the shim's records after: a busy consumer may be past the tail it read."""
+    from large_queue.cli import _stored_stats
+
+    queue = Queue.create(place.connect(), place.name("q"), capacity=100)
+    with queue.consumer("n1", time_slice=60, timeout=60) as consumer:
+        consumer.ack(consumer.receive(1, timeout=0.1) or [])
+        info = queue.info()
+        queue.enqueue_batch(range(5))
+        consumer.ack(consumer.receive(5, timeout=1))
+        assert _stored_stats(queue, info)["consumers"]["not_delivered"] == 0  # was -5
+
+
+def test_entries_a_dequeue_under_way_finds_overwritten_are_counted_once(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An overwriting producer drops 2 entries while a consumer holds the lock and then reads their
+    slots: the producer counts them; the consumer only says so (the two handles publish as one series)."""
+    if store.kind == "embedded":
+        pytest.skip("the embedded store runs the acquire and the reads in one transaction: no append between")
+
+    class BeforeBufferReads(Delegating):
+        hook: Callable[[], object] | None = None
+
+        def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+            if self.hook and method == "operate" and args[0].user_key.startswith(rec.BUFFER_KEY_PREFIX):
+                hook, self.hook = self.hook, None
+                hook()
+            return super().relay(method, *args, **kwargs)
+
+    producer = store.new_queue(capacity=6, slots_per_record=6)
+    producer.enqueue_batch(range(6))
+    hooked = BeforeBufferReads(store.backend)
+    consumer = Queue.open(hooked, producer.name)
+    consumer.head_guess.read = lambda n: None  # type: ignore[method-assign]  (no read beside the acquire)
+    hooked.hook = lambda: producer.enqueue_batch(["x", "y"], overwrite_if_full=True)
+    with caplog.at_level("WARNING", logger="large_queue"):
+        assert [entry.offset for entry in consumer.dequeue_batch(6)] == [2, 3, 4, 5]
+    assert "2 entries were overwritten before they were dequeued" in caplog.text
+    assert (producer.stats().entries_overwritten, consumer.stats().entries_overwritten) == (2, 0)
+
+
+def test_a_forked_childs_handle_counts_from_zero(store: Store) -> None:
+    """A server that forks workers after opening its queue: each worker publishes its own counts."""
+    import multiprocessing
+
+    queue = store.new_queue(capacity=6)
+    queue.enqueue_batch([1, 2, 3])
+    assert queue.stats().entries_enqueued == 3
+    results = multiprocessing.get_context("fork").SimpleQueue()
+
+    def child() -> None:
+        before = queue.stats().entries_enqueued
+        queue.enqueue(4)
+        results.put((before, queue.stats().entries_enqueued))
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    assert results.get() == (0, 1)
+    assert queue.stats().entries_enqueued == 3  # the parent's own, untouched

@@ -410,10 +410,19 @@ class QueueLock:
             now_ms=state[STORE_CLOCK],
             beside=seen,
         )
-        broken = state.get(_PREVIOUS_OWNER, NO_OWNER) not in (
-            NO_OWNER,
-            txn_id,
-        )  # held, but silent past the TTL
+        # held, but silent past the TTL; a lock this txn held already is taken back, not broken, only
+        # where the acquire may take it back (with a receipt): otherwise it too had expired
+        previous = state.get(_PREVIOUS_OWNER, NO_OWNER)
+        broken = previous != NO_OWNER and (previous != txn_id or not receipt)
+        if broken:
+            log.warning(
+                "queue %r: took over the lock from %r, silent past the lock TTL; whatever it writes"
+                " from now on is fenced off (token %d.%d)",
+                self.keys.name,
+                previous,
+                state[FENCE_EPOCH],
+                state[FENCE_COUNTER],
+            )
         self.counters.add(size=grant.tail - grant.head, locks_broken=int(broken))
         if grant.token.counter >= self.counter_limit:
             grant = self._start_epoch(grant)

@@ -710,6 +710,8 @@ class Producer:
             return failure
         receipt = outcome.receipt
         if outcome.state == COMMITTED and receipt is not None and len(receipt.offsets) == count:
+            # an attempt that failed was applied: counted here, as its call would have counted it
+            self.queue.counters.add(enqueue_calls=1, entries_enqueued=count)
             return receipt.offsets
         if outcome.state == UNKNOWN:
             return errors.OutcomeUnknownError(

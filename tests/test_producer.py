@@ -765,6 +765,8 @@ def test_an_idempotent_producer_sends_a_batch_in_doubt_again_and_it_is_in_the_qu
     assert futures[0].txn_id is not None and futures[0].txn_id == futures[1].txn_id
     assert backend.injected >= 2  # at least one attempt gave up (as the plain producer's does, below)
     backend._faults.clear()
+    stats = queue.stats()
+    assert (stats.enqueue_calls, stats.entries_enqueued) == (1, 2)  # settled, whichever attempt applied it
     assert [entry.value for entry in drain(queue)] == ["a", "b"]
 
 

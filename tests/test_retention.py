@@ -134,6 +134,39 @@ def test_a_group_sees_expired_entries_as_lost_with_their_range(store: Store, app
     assert queue.stats().entries_expired == 5
 
 
+@pytest.mark.parametrize("group", ["g", None], ids=["group", "shim"])
+@pytest.mark.parametrize("on_data_loss", ["report", "fail"])
+def test_a_consumer_passes_a_long_expired_backlog_in_one_receive_and_says_its_loss_once(
+    store: Store, group: str | None, on_data_loss: str
+) -> None:
+    """One entry asked for at a time (the README's ``for message in consumer``): a backlog of expired
+    entries is passed a few records a command, without waiting between passes, so the young entries
+    behind it are met before they expire too; the loss is one, said once."""
+    backlog = 1_000
+    queue = _queue(store, "reserve", capacity=backlog + 100, slots_per_record=50)
+    if group:
+        queue.create_group(group)  # at the head: it sees the whole backlog
+    queue.enqueue_batch(list(range(backlog)))
+    store.advance(LATER)
+    queue.enqueue("young")
+    commands = queue.stats().commands
+    with queue.consumer(
+        "n1", group=group, on_data_loss=on_data_loss, time_slice=30.0, timeout=5.0
+    ) as consumer:
+        if on_data_loss == "fail":
+            with pytest.raises(DataLossError) as raised:
+                consumer.receive(1, timeout=0)  # one look: every pass it needs, no wait
+            assert (raised.value.count, raised.value.lost) == (backlog, range(0, backlog))  # type: ignore[attr-defined]
+        got = consumer.receive(1, timeout=0)
+        assert [message.value for message in got] == ["young"]
+        got[0].ack()
+    assert queue.stats().entries_expired == backlog
+    if group:
+        assert queue.group(group).lost == backlog
+    # a few records a pass (each a read and a commit), not a command or two for each entry
+    assert store.backend.commands - commands < backlog // 10
+
+
 def test_the_cluster_consumer_counts_expired_entries_as_lost(store: Store) -> None:
     queue = _queue(store, "reserve", capacity=12, slots_per_record=3)
     queue.enqueue_batch(["old-1", "old-2"])

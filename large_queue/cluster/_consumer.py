@@ -55,6 +55,10 @@ _new_object = object.__new__
 _LONGEST = _retention.MAX_AGE_LIMIT
 #: the shortest timeout and poll interval a consumer takes (seconds)
 _SHORTEST = 0.001
+#: buffer records a delivery pass looks at once it met only lost entries (older than max_age, say)
+_SKIM_RECORDS = 4
+#: passes over lost entries one delivery makes before it returns (each moves the cursor on)
+_SKIMS_AT_ONCE = 16
 #: pauses (seconds) before a failed move to the dead-letter queue is tried again: doubling, up to the most
 _MOVE_PAUSE_FIRST = 0.5
 _MOVE_PAUSE_MOST = 60.0
@@ -175,6 +179,9 @@ class Consumer(Turns):
         self.deliveries = Deliveries(visibility_timeout)
         self._lost = 0  # stored counts of the group: entries lost to overwriting, moved to dead letters
         self._lost_range = range(0)  # the offsets of the last loss found
+        #: the last delivery pass met only lost entries (older than max_age, overwritten): the next
+        #: looks further ahead, and the receive does not wait for it (see _deliver)
+        self._skimming = False
         self._dead: dict[int, int] = {}
         self._dead_lettered = 0
         #: (offset, value, enqueued_at_ms, deliveries) of entries to move to the dead-letter queue
@@ -467,6 +474,8 @@ class Consumer(Turns):
                         if delivered:
                             self._idle.found_something()
                             return delivered
+                        if self._skimming:  # lost entries passed, more to pass: no wait for that
+                            continue
                         self._idle.found_nothing()
                         if timeout is None:
                             return delivered
@@ -483,8 +492,18 @@ class Consumer(Turns):
         """One delivery as owner: read and commit (one group), then what may wait on the lock or others."""
         commits = self._commits
         lost = self._lost
-        with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
-            delivered = self._deliver(max_entries, auto_ack)
+        lost_from: int | None = None
+        for _ in range(_SKIMS_AT_ONCE):
+            losing = self._lost
+            with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
+                delivered = self._deliver(max_entries, auto_ack)
+            if self._lost != losing:  # the passes' losses, said as one (they follow each other)
+                lost_from = (
+                    self._lost_range.start if lost_from is None else min(lost_from, self._lost_range.start)
+                )
+                self._lost_range = range(lost_from, self._lost_range.stop)
+            if delivered or not self._skimming:
+                break
         if self._dying:
             self._move_dying()
         if self._commits != commits:
@@ -518,7 +537,10 @@ class Consumer(Turns):
         budget = min(max_entries, self._capacity) - len(redeliver)  # no more are there to deliver
         if not auto_ack:
             budget = min(budget, self.max_in_flight - len(self._inflight))
-        candidates = range(self._cursor, self._cursor + max(budget, 0))
+        looked = budget
+        if self._skimming and budget > 0:  # among lost entries: look past them a few records at once
+            looked = max(budget, min(self._capacity, _SKIM_RECORDS * shape.slots_per_record))
+        candidates = range(self._cursor, self._cursor + max(looked, 0))
         read = read_slots(self.queue, redeliver, candidates, self._seen_tail, self._ahead)
         if read.metadata is not None:
             self._refuse_groups(read.metadata.groups)
@@ -560,9 +582,15 @@ class Consumer(Turns):
         cutoff = _retention.expired_before(self.queue, self.queue.store_clock)
         expired = 0
         queue_head, dead_letters, epoch, group = self._queue_head, self.dead_letters, self._epoch, self.group
-        for offset in [*redeliver, *fresh]:
+        taken = 0  # fresh offsets delivered or moved to dead letters: at most the budget
+        stopped_at = None  # where a pass that looked past its budget stopped taking
+        due = len(redeliver)
+        for index, offset in enumerate([*redeliver, *fresh]):
             if offset < queue_head:
                 continue  # counted as lost above
+            if index >= due and taken >= budget:
+                stopped_at = offset  # looked ahead past lost entries: the rest is for the next pass
+                break
             entry = known.get(offset)
             if entry is None:  # not settled above (a redelivery, a locked queue's entry): from its slot
                 entry = rec.slot_entry(
@@ -577,6 +605,7 @@ class Consumer(Turns):
                 expired += 1
                 lost_again.add(offset)
                 continue
+            taken += index >= due
             if dead_letters is not None and (offset in self._dead or count > dead_letters.max_deliveries):
                 inflight[offset] = count - 1  # moved after this commit (see _move_dying)
                 self._dying.append((offset, entry[0], entry[1], count - 1))
@@ -595,10 +624,15 @@ class Consumer(Turns):
                 fields["group"] = group
                 fields["consumer"] = self
                 delivered.append(message)
-        if settled_end is not None:
+        if stopped_at is not None:
+            cursor = max(cursor, stopped_at)
+            lost_again = {offset for offset in lost_again if offset < stopped_at}  # met again next pass
+        elif settled_end is not None:
             cursor = max(cursor, settled_end)  # past what is delivered and what is closed
         else:
             cursor = max(cursor, fresh[-1] + 1) if fresh else cursor
+        # only lost entries met, and more may follow: the next pass looks further, at once
+        self._skimming = bool(lost_again) and taken == 0 and cursor < self._seen_tail
         lost += len(lost_again)
         if expired:
             self.queue.counters.add(entries_expired=expired)  # said below, with the rest of the loss

@@ -127,6 +127,7 @@ def drop_expired(queue: Queue) -> range:
         if new_head <= grant.head:
             queue.lock.release(grant)
             return range(grant.head, grant.head)
+        consumed = min(new_head, _consumed_to(queue, grant.groups, grant.head))
         # A head that passes offsets with no time (closed, or reserved and not published below an
         # expired entry) may skip a reservation whose receipt is pending: said, as every such move does
         queue.lock.commit(
@@ -135,8 +136,15 @@ def drop_expired(queue: Queue) -> range:
             published=new_head if queue.reserved else None,
             skipped_to=new_head if queue.marked else None,
         )
-    report(queue, new_head - grant.head)
-    return range(grant.head, new_head)
+    report(queue, new_head - consumed)
+    return range(consumed, new_head)
+
+
+def _consumed_to(queue: Queue, groups: tuple[str, ...], head: int) -> int:
+    """Where the consumers (groups, or the cluster shim's) have acked up to: not dropped below it."""
+    from large_queue.cluster._groups import consumed_floor
+
+    return consumed_floor(queue, groups, head)
 
 
 def purge(queue: Queue) -> range:
@@ -167,6 +175,7 @@ def purge(queue: Queue) -> range:
         if grant.tail <= grant.head:
             queue.lock.release(grant)
             return range(grant.head, grant.head)
+        consumed = min(grant.tail, _consumed_to(queue, grant.groups, grant.head))
         queue.lock.commit(
             grant,
             head=grant.tail,
@@ -174,9 +183,9 @@ def purge(queue: Queue) -> range:
             skipped_to=grant.tail if queue.marked else None,
         )
     _unseat_consumers(queue, grant.groups)
-    queue.counters.add(entries_purged=grant.tail - grant.head)
-    log.info("queue %r: %d entries purged", queue.name, grant.tail - grant.head)
-    return range(grant.head, grant.tail)
+    queue.counters.add(entries_purged=grant.tail - consumed)
+    log.info("queue %r: %d entries purged", queue.name, grant.tail - consumed)
+    return range(consumed, grant.tail)
 
 
 def _unseat_consumers(queue: Queue, groups: tuple[str, ...]) -> None:

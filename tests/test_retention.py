@@ -288,3 +288,25 @@ def test_a_callers_txn_id_cannot_take_the_lock_from_a_running_expire(
     monkeypatch.setattr(_retention._seek, "search", search_while_another_dequeues)
     queue.expire()
     assert tried == ["waited"]  # it did not take the lock from the live expire
+
+
+@pytest.mark.parametrize("group", ["g", None], ids=["group", "shim"])
+def test_expire_and_purge_do_not_report_what_consumers_acked_before_the_head_followed(
+    store: Store, group: str | None
+) -> None:
+    """The head follows the consumers' acks only now and then (each quarter of the capacity): what
+    they acked below it was consumed, not dropped, and is neither returned nor counted."""
+    queue = _queue(store, "reserve", capacity=40, slots_per_record=5)
+    if group:
+        queue.create_group(group)
+    queue.enqueue_batch(list(range(8)))
+    with queue.consumer("n1", group=group, time_slice=30.0, timeout=5.0) as consumer:
+        got = consumer.receive(6, timeout=2.0)
+        consumer.ack(got)  # 0..5 acked; the head is still 0
+        assert queue.info().head_offset == 0
+        store.advance(LATER)
+        assert queue.expire() == range(6, 8)  # 6 and 7 were never acked: those are dropped
+        assert queue.stats().entries_expired == 2
+        queue.enqueue_batch([8, 9])
+        assert queue.purge() == range(8, 10)
+        assert queue.stats().entries_purged == 2

@@ -323,6 +323,21 @@ def acked_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
     return head if floor is None else floor
 
 
+def consumed_floor(queue: Queue, groups: tuple[str, ...], head: int) -> int:
+    """Where every group has acked up to, or without groups the cluster shim's consumers; at least
+    ``head`` (one read). What a drop from the head passes below it was consumed already, not dropped:
+    the head follows the consumers' acks only now and then.
+    """
+    if groups:
+        return max(head, acked_floor(queue, groups, head))
+    try:
+        bins = queue.backend.operate(queue.keys.group(None).owner, [Read(CURSOR), Read(INFLIGHT)])
+    except errors.RecordNotFoundError:  # no shim consumer ever ran on it
+        return head
+    inflight = {int(o): c for o, c in (bins.get(INFLIGHT) or {}).items()}
+    return max(head, acked_position(bins.get(CURSOR, head), inflight))
+
+
 def acked(queue: Queue, name: str) -> int:
     """Where group ``name`` has acked up to (every offset below it is acked). One command."""
     state = Ownership(queue, "cursor", timeout=1.0, group=name).read()
@@ -502,6 +517,7 @@ __all__ = [
     "advance_head",
     "check_group",
     "commit_cursor",
+    "consumed_floor",
     "create",
     "delete",
     "describe",

@@ -156,6 +156,25 @@ def test_poison_entries_go_to_the_dead_letter_queue_once(store: Store) -> None:
     assert letter["last_error"] == "handler failed"
 
 
+def test_a_move_makes_room_in_a_dead_letter_queue_full_of_letters_older_than_its_max_age(
+    store: Store,
+) -> None:
+    """As an enqueue does: the expired letters are dropped and the move goes on, not refused for good."""
+    dead = store.new_queue(capacity=3, slots_per_record=3, max_age=1.0)
+    dead.enqueue_batch(["x", "y", "z"])
+    store.advance(1.5)
+    queue = store.new_queue()
+    queue.enqueue("poison")
+    with _consumer(queue, "g", max_deliveries=1, dead_letter=dead) as consumer:
+        (message,) = consumer.receive(1, timeout=2.0)
+        message.nack()
+        assert consumer.receive(1, timeout=0.3) == []  # the second delivery is a move instead
+        assert queue.group("g").dead_lettered == 1
+    letter = dead.dequeue()
+    assert letter is not None and letter.value["value"] == "poison"
+    assert dead.stats().entries_expired == 3 and dead.info().size == 0  # the move dropped x, y and z
+
+
 def test_an_entry_the_dead_letter_queue_cannot_take_stays_in_flight(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from large_queue import errors
+from large_queue import _retention, errors
 from large_queue._entries import check_entry
 from large_queue.queue import Queue
 
@@ -69,8 +69,17 @@ class DeadLetters:
         return check_entry(letter, self.target.max_entry_bytes, self.target.encoding)
 
     def reserve(self) -> int:
-        """Take one offset in the dead-letter queue (``QueueFullError`` if it is full)."""
-        at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
+        """Take one offset in the dead-letter queue (``QueueFullError`` if it is full).
+
+        A full one with ``max_age`` first drops its expired letters and tries again once, as an
+        enqueue does.
+        """
+        try:
+            at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
+        except errors.QueueFullError:
+            if not _retention.drop_expired(self.target):  # no letter old enough to leave: full it is
+                raise
+            at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
         self._reserved_at[at] = now_ms
         return at
 

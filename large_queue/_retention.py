@@ -114,16 +114,26 @@ def drop_expired(queue: Queue) -> range:
 
     The lock's acquire, about ``log2(records)`` reads (a bisection,
     :mod:`large_queue._seek`), where producers append without the lock one
-    more read for each record of unpublished offsets just below where it
-    stops, and the commit. Stops at the first entry young enough. An empty
-    range if the queue keeps entries however old, or none has expired.
+    more read for each record of unpublished or closed offsets just below where it
+    stops, and the commit. A long run of slots with no time (a big batch
+    whose producer died, closed by readers) is read a record at a time; the
+    lock is renewed on the way whenever half its TTL has passed. Stops at
+    the first entry young enough. An empty range if the queue keeps entries
+    however old, or none has expired.
     """
     if queue.max_age_ms is None:
         return range(0)
     with queue.lock.holding(internal(EXPIRE_TXN)) as grant:
-        new_head = _seek.search(queue, grant.now_ms - queue.max_age_ms, grant.head, grant.tail)
+        held = [grant]
+
+        def renewing() -> None:  # a search over a long run of slots with no time outlasts the TTL
+            if time.monotonic() - held[0].acquired_at > queue.lock_ttl / 2:
+                held[0] = queue.lock.renew(held[0])
+
+        new_head = _seek.search(queue, grant.now_ms - queue.max_age_ms, grant.head, grant.tail, renewing)
         if queue.reserved:
-            new_head = _short_of_pending(queue, grant.head, new_head)
+            new_head = _short_of_pending(queue, grant.head, new_head, renewing)
+        grant = held[0]
         if new_head <= grant.head:
             queue.lock.release(grant)
             return range(grant.head, grant.head)
@@ -211,7 +221,7 @@ def _unseat_consumers(queue: Queue, groups: tuple[str, ...]) -> None:
         unseat(queue, group)
 
 
-def _short_of_pending(queue: Queue, head: int, end: int) -> int:
+def _short_of_pending(queue: Queue, head: int, end: int, probed: Callable[[], None]) -> int:
     """``end``, or the first of the unpublished offsets just below it (a read a buffer record).
 
     The bisection passes over offsets with no time: closed, overwritten, and
@@ -223,12 +233,14 @@ def _short_of_pending(queue: Queue, head: int, end: int) -> int:
     flight) stays whole. A published part of a batch spanning records is no
     such entry while the batch's last offset is unpublished (readers show
     none of the batch until then): it stays with the rest of its batch, or
-    the batch would show without it once published.
+    the batch would show without it once published. ``probed`` is called
+    before each read (the lock holder renews its lock there).
     """
     kinds: dict[int, str] = {}  # what the offsets read back hold
     top = end
     while top > head:
         low = max(head, top - queue.shape.slots_per_record)
+        probed()
         slots = queue.prefix.slots(low, top)
         for offset in range(top - 1, low - 1, -1):
             try:

@@ -16,6 +16,7 @@ entry was consumed and reused since (below the moving head) counts as older.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from large_queue import errors
@@ -57,16 +58,22 @@ def offset_at(queue: Queue, moment_ms: int) -> int:
     return search(queue, moment_ms, head, end)
 
 
-def search(queue: Queue, moment_ms: int, low: int, high: int) -> int:
+def search(
+    queue: Queue, moment_ms: int, low: int, high: int, probed: Callable[[], None] | None = None
+) -> int:
     """The first timed offset of ``[low, high)`` enqueued at or after the moment, else ``high``.
 
     Invariant: every timed offset below ``low`` is older than the moment,
-    and ``high`` is the end or an offset at or after it.
+    and ``high`` is the end or an offset at or after it. ``probed`` is
+    called before each probe (a lock holder renews its lock there: a long
+    run of slots with no time is probed a record at a time).
     """
     per_record = queue.shape.slots_per_record
     while low < high:
         middle = max(low, (low + (high - low) // 2) // per_record * per_record)
         stop = min(high, (middle // per_record + 1) * per_record)
+        if probed is not None:
+            probed()
         slots = queue.prefix.slots(middle, stop)  # one command: the rest of one record
         older_seen = False
         for offset in range(middle, stop):
@@ -83,8 +90,8 @@ def search(queue: Queue, moment_ms: int, low: int, high: int) -> int:
             if older_seen or middle == low:
                 low = stop  # older throughout (or nothing in it to find): look higher
             else:  # nothing timed in the probe: look on both sides of it
-                below = search(queue, moment_ms, low, middle)
-                return below if below < middle else search(queue, moment_ms, stop, high)
+                below = search(queue, moment_ms, low, middle, probed)
+                return below if below < middle else search(queue, moment_ms, stop, high, probed)
     return low
 
 

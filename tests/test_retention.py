@@ -16,6 +16,7 @@ from large_queue import DataLossError, InvalidArgumentError, Queue, QueueFullErr
 from large_queue._entries import check_entries
 from large_queue.appends import ReceiptWrite
 from large_queue.cli import main
+from large_queue.lock import _Busy
 from tests.fix_backends import APPENDS, Place, Store
 
 MAX_AGE = 1.0
@@ -310,3 +311,33 @@ def test_expire_and_purge_do_not_report_what_consumers_acked_before_the_head_fol
         queue.enqueue_batch([8, 9])
         assert queue.purge() == range(8, 10)
         assert queue.stats().entries_purged == 2
+
+
+def test_expire_renews_its_lock_while_it_searches_a_long_run_of_slots_with_no_time(store: Store) -> None:
+    """A big batch whose producer died, closed by readers: its slots have no time, and the search
+    reads them a record at a time. The lock is renewed on the way: nobody takes it meanwhile."""
+    queue = _queue(store, "reserve", capacity=100, slots_per_record=10, lock_ttl=1.0)
+    queue.enqueue_batch(list(range(10)))  # old
+    first = queue.appender.reserve(60, overwrite=False)
+    for start in range(first, first + 60, 10):
+        queue.appender.close(start, start + 10)
+    store.advance(LATER)
+    queue.enqueue_batch(["young"] * 10)
+    thief = Queue.open(store.backend, queue.name)
+    refused = []
+    probe = queue.prefix.slots
+
+    def slow_probe(start: int, stop: int) -> Any:
+        time.sleep(0.3)  # each probe a slow round trip: the search outlasts the lock's TTL
+        if store.kind == "embedded":
+            store.advance(0.3)  # the lock's age is the store's clock's
+        try:
+            thief.lock.try_acquire("thief")  # would take a lock silent past its TTL
+        except _Busy:
+            refused.append(start)
+        return probe(start, stop)
+
+    queue.prefix.slots = slow_probe  # type: ignore[method-assign]
+    assert queue.expire() == range(0, 70)  # the old entries and the closed run
+    assert len(refused) >= 4  # the search probed past the TTL (1 s), and the lock stayed held
+    assert [entry.value for entry in queue.peek(20)] == ["young"] * 10

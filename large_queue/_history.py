@@ -8,11 +8,18 @@ one clock for every process on the machine.
 
 The checker reports, for a destructive-dequeue queue without overwriting:
 
-- lost: an acknowledged enqueue whose entry was never dequeued, beyond what
-  dequeues cut short by a kill could have removed (lost only with evidence);
+- lost: an acknowledged enqueue whose entry was never dequeued, unless
+  dequeues cut short by a kill could have removed it: a dequeue takes a run
+  from the head, so a missing entry between the first and last offsets one
+  call returned is lost, and the rest must form runs (no delivered offset
+  inside) that the killed dequeues' ``max_entries`` can cover, each run
+  taken by dequeues of its own;
 - duplicated: an entry delivered more than once;
 - unexpected: a delivered value that no client ever tried to enqueue;
 - order violations: one producer's entries delivered out of its order;
+- delivery order violations: a dequeue that began after another ended got
+  an offset below one the other got (FIFO across calls), or one call's
+  entries not in increasing offsets;
 - false empties: a dequeue that returned nothing while an acknowledged entry
   stayed in the queue from before it started until after it ended (where
   producers append without the lock, also while no enqueue could have held
@@ -128,6 +135,76 @@ def _possible_holes(calls: list[Call], hole_grace: float | None) -> list[tuple[f
     return sorted(holes)
 
 
+def _lost(
+    missing: list[tuple[int, str]],
+    delivered: list[tuple[int, str, Call]],
+    delivered_offsets: list[int],
+    killed_takes: list[int],
+) -> list[tuple[int, str]]:
+    """The missing entries (offset, value) that no dequeue cut short by a kill can account for.
+
+    A dequeue takes a run of entries from the head. So a missing entry
+    between the lowest and highest offsets one call returned was passed
+    over: lost. The others form runs of missing offsets with no delivered
+    offset between them; a killed dequeue took at most its ``max_entries``
+    of one run, and each run needs dequeues of its own. The largest runs
+    are matched with the largest takes first; what no take covers is lost.
+    """
+    spans: dict[int, list[int]] = {}
+    for offset, _, call in delivered:
+        span = spans.setdefault(id(call), [offset, offset])
+        span[0], span[1] = min(span[0], offset), max(span[1], offset)
+    passed = sorted((low, high) for low, high in spans.values() if high > low)
+    starts = [low for low, _ in passed]
+    reach = list(itertools.accumulate((high for _, high in passed), max))
+    lost: list[tuple[int, str]] = []
+    runs: list[list[tuple[int, str]]] = []
+    for offset, value in missing:
+        inside = bisect.bisect_left(starts, offset)  # spans that begin below it
+        if inside and reach[inside - 1] > offset:
+            lost.append((offset, value))  # a call took entries on both sides of it
+            continue
+        if runs:
+            previous = runs[-1][-1][0]
+            between = bisect.bisect_right(delivered_offsets, previous)
+            if between >= len(delivered_offsets) or delivered_offsets[between] > offset:
+                runs[-1].append((offset, value))  # nothing delivered in between: the same run
+                continue
+        runs.append([(offset, value)])
+    takes = sorted(killed_takes, reverse=True)
+    for run in sorted(runs, key=len, reverse=True):
+        covered = 0
+        while covered < len(run) and takes:
+            covered += takes.pop(0)
+        if covered < len(run):
+            lost += run[covered:]
+    return sorted(lost)
+
+
+def _out_of_fifo(calls: list[Call]) -> list[tuple[str, list[int], str, list[int]]]:
+    """Dequeues that broke FIFO: a call's own offsets not increasing, or a call that began after
+    another ended holding an offset below one the other got (the other's entries left first)."""
+    taken = sorted(
+        (call.completed or 0.0, call.invoked, [offset for offset, _ in call.response["entries"]], call.client)
+        for call in calls
+        if call.op == "dequeue" and call.outcome == "ok" and call.response.get("entries")
+    )
+    violations: list[tuple[str, list[int], str, list[int]]] = []
+    for _, _, offsets, client in taken:
+        if offsets != sorted(offsets):
+            violations.append((client, offsets, client, offsets))
+    ended = [completed for completed, _, _, _ in taken]
+    highest = list(itertools.accumulate((max(offsets) for _, _, offsets, _ in taken), max))
+    for _, invoked, offsets, client in taken:
+        before = bisect.bisect_left(ended, invoked)  # calls that ended before this one began
+        if before and highest[before - 1] > min(offsets):
+            earlier = next(
+                (c, o) for done, _, o, c in taken[:before] if max(o) == highest[before - 1] and done < invoked
+            )
+            violations.append((earlier[0], earlier[1], client, offsets))
+    return violations
+
+
 def _producer_and_sequence(value: str) -> tuple[str, int]:
     producer, _, sequence = value.rpartition(":")
     return producer, int(sequence)
@@ -143,7 +220,6 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
     attempted: set[str] = set()
     acknowledged: dict[str, tuple[int, float]] = {}  # value -> (offset, ack time)
     delivered: list[tuple[int, str, Call]] = []
-    in_doubt_removed = 0  # entries that dequeues cut short might have removed
     known_in_doubt: set[int] = set()  # offsets an unknown-outcome dequeue named
     empties: list[Call] = []
     in_doubt_calls = 0
@@ -174,9 +250,8 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
             elif call.outcome == "unknown":
                 in_doubt_calls += 1
                 known_in_doubt.update(offset for offset, _ in call.response.get("entries", []))
-            elif call.outcome is None:
+            elif call.outcome is None:  # cut short by a kill: it may have removed max_entries
                 in_doubt_calls += 1
-                in_doubt_removed += call.request["max_entries"]
 
     counts = Counter(value for _, value, _ in delivered)
     duplicated = [value for value, count in counts.items() if count > 1]
@@ -188,7 +263,11 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
     missing = sorted(
         (offset, value) for value, (offset, _) in acknowledged.items() if offset not in delivered_offsets
     )
-    lost = missing[in_doubt_removed:] if len(missing) > in_doubt_removed else []
+    killed_takes = [
+        call.request["max_entries"] for call in calls if call.op == "dequeue" and call.outcome is None
+    ]
+    lost = _lost(missing, delivered, sorted(delivered_offsets), killed_takes)
+    fifo_violations = _out_of_fifo(calls)
 
     order_violations = []
     last_sequence: dict[str, tuple[int, int]] = {}
@@ -226,6 +305,7 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
         "duplicated": len(duplicated),
         "unexpected": len(unexpected),
         "order violations": len(order_violations),
+        "delivery order violations": len(fifo_violations),
         "false empties": len(false_empties),
         "conflicting offsets": len(conflicts),
     }
@@ -234,6 +314,7 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
         "duplicated": duplicated[:5],
         "unexpected": unexpected[:5],
         "order violations": order_violations[:5],
+        "delivery order violations": fifo_violations[:5],
         "false empties": false_empties[:5],
         "conflicting offsets": conflicts[:5],
     }

@@ -125,10 +125,23 @@ class TortureReport:
     #: workers that ended with an error of their own (not killed by the run): each printed its traceback
     workers_failed: tuple[str, ...] = ()
 
+    #: faults were asked for (pauses or kills)
+    faults_asked: bool = False
+
+    @property
+    def untested(self) -> list[str]:
+        """Why the run proves nothing, if it does not: nothing acknowledged, or no fault injected."""
+        why = []
+        if not self.verdict.enqueues_acknowledged:
+            why.append("no enqueue was acknowledged")
+        if self.faults_asked and not (self.pauses + self.kills + self.parked_pauses + self.parked_kills):
+            why.append("no fault was injected")
+        return why
+
     @property
     def ok(self) -> bool:
-        """No anomaly in the history, and no worker ended with an error."""
-        return self.verdict.ok and not self.workers_failed
+        """No anomaly in the history, no worker ended with an error, and the run tested something."""
+        return self.verdict.ok and not self.workers_failed and not self.untested
 
     def lines(self) -> list[str]:
         """The report as printable lines."""
@@ -147,6 +160,7 @@ class TortureReport:
         lines += [f"{name}: {count}" for name, count in verdict.anomalies.items()]
         lines += [f"  e.g. {name}: {items}" for name, items in verdict.examples.items()]
         lines.append(f"workers ended by an error: {len(self.workers_failed)} {list(self.workers_failed)}")
+        lines += [f"nothing was tested: {why}" for why in self.untested]
         lines.append("verdict: OK" if self.ok else "verdict: ANOMALIES FOUND")
         return lines
 
@@ -400,14 +414,17 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
             process.join()
         Queue.delete(store, name)
         raise
-    for _, _, process in workers.values():
+    hung = []
+    for tag, (_, _, process) in workers.items():
         process.join(60)
-        if process.is_alive():
+        if process.is_alive():  # a minute past the deadline: stuck in a call, which is a failure too
             os.kill(process.pid, signal.SIGKILL)
             process.join()
+            hung.append(tag)
+            log(f"worker {tag} was still running a minute after the end of the run: killed, it fails the run")
     # killed by the run (-SIGKILL) or done (0); anything else ended by an error of its own
     ended = {tag: process.exitcode for tag, (_, _, process) in workers.items()}
-    failed = tuple(tag for tag, code in ended.items() if code not in (0, -signal.SIGKILL))
+    failed = tuple(tag for tag, code in ended.items() if code not in (0, -signal.SIGKILL) or tag in hung)
     for round_ in ("", "-settled") if config.txn_ids else ("",):
         if round_:  # workers killed at the end: their open calls are settled once the queue has room
             assert settling is not None
@@ -431,6 +448,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         holes_closed=holes,
         calls_settled=settled,
         workers_failed=failed,
+        faults_asked=config.pauses or config.kills,
         # a reservation killed or paused before its publish hides entries until consumers close it
         verdict=check_groups(calls, config.group_names)
         if config.groups

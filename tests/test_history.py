@@ -71,6 +71,39 @@ def test_kills_explain_missing_entries_but_not_more() -> None:
     assert check(calls).anomalies["lost"] == 1  # one entry more is missing than the kill could take
 
 
+def test_a_kill_does_not_excuse_an_entry_a_call_passed_over_nor_runs_it_cannot_have_taken() -> None:
+    """A dequeue takes a run from the head: what it skipped between offsets it returned is lost,
+    however many dequeues were killed; and one killed dequeue takes at most one run."""
+    killed = [dequeue("k", None, 0.5, max_entries=8), dequeue("l", None, 0.6, max_entries=8)]
+    produced = enqueue("p", [f"p:{i}" for i in range(6)], 0, 1.0)
+    skipped = [produced, *killed, dequeue("c", [[0, "p:0"], [2, "p:2"]], 3.0)]  # 1 passed over
+    skipped += [dequeue("c", [[3, "p:3"], [4, "p:4"], [5, "p:5"]], 4.0)]
+    assert check(skipped).anomalies["lost"] == 1 and check(skipped).examples["lost"] == [(1, "p:1")]
+    runs = [produced, killed[0], dequeue("c", [[1, "p:1"]], 3.0), dequeue("c", [[3, "p:3"], [5, "p:5"]], 4.0)]
+    verdict = check(runs)  # 0, 2 and 4 missing: three runs apart, one killed dequeue (and 4 passed over)
+    assert verdict.anomalies["lost"] == 2, verdict
+    two_kills = [produced, *killed, dequeue("c", [[1, "p:1"]], 3.0)]
+    rest = dequeue("c", [[3, "p:3"], [4, "p:4"], [5, "p:5"]], 4.0)
+    assert check([*two_kills, rest]).ok  # 0 and 2 missing: a run each, a kill each
+    three_runs = check([*two_kills, dequeue("c", [[3, "p:3"], [4, "p:4"]], 4.0)])  # and 5: a third run
+    assert three_runs.anomalies["lost"] == 1, three_runs
+
+
+def test_delivery_order_across_calls_is_first_in_first_out() -> None:
+    produced = enqueue("p", ["p:0", "q:0", "p:1"], 0, 1.0)
+    in_order = [produced, dequeue("c", [[0, "p:0"]], 2.0), dequeue("d", [[1, "q:0"], [2, "p:1"]], 3.0)]
+    assert check(in_order).ok
+    overlapping = [produced, dequeue("c", [[1, "q:0"]], 2.0), dequeue("d", [[0, "p:0"]], 2.05)]
+    overlapping += [dequeue("c", [[2, "p:1"]], 3.0)]
+    assert check(overlapping).ok  # the calls overlap in time: either may have committed first
+    later_lower = [produced, dequeue("c", [[1, "q:0"]], 2.0), dequeue("d", [[0, "p:0"], [2, "p:1"]], 3.0)]
+    verdict = check(later_lower)  # each producer's order holds; FIFO across calls does not
+    assert verdict.anomalies["order violations"] == 0
+    assert verdict.anomalies["delivery order violations"] == 1, verdict
+    swapped = [produced, dequeue("c", [[1, "q:0"], [0, "p:0"]], 2.0), dequeue("c", [[2, "p:1"]], 3.0)]
+    assert check(swapped).anomalies["delivery order violations"] == 1
+
+
 def test_in_doubt_enqueues_are_neither_lost_nor_unexpected() -> None:
     calls = [
         enqueue("p", ["p:0"], None, 1.0, outcome=None),

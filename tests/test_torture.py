@@ -119,3 +119,25 @@ def test_a_worker_ended_by_an_error_fails_the_run_whatever_the_history_says() ->
     failed = TortureReport(operations=20, pauses=1, kills=1, verdict=clean, workers_failed=("c0.3",))
     assert not failed.ok
     assert failed.lines()[-2:] == ["workers ended by an error: 1 ['c0.3']", "verdict: ANOMALIES FOUND"]
+
+
+def test_a_run_that_acknowledged_nothing_or_injected_no_fault_asked_for_proves_nothing() -> None:
+    def verdict(acknowledged: int) -> Verdict:
+        return Verdict(
+            enqueues_acknowledged=acknowledged,
+            entries_delivered=acknowledged,
+            empty_dequeues=0,
+            in_doubt_calls=0,
+            in_doubt_entries=0,
+            anomalies={"lost": 0},
+            examples={},
+        )
+
+    assert TortureReport(operations=20, pauses=0, kills=0, verdict=verdict(10)).ok  # --no-pauses --no-kills
+    idle = TortureReport(operations=0, pauses=1, kills=1, verdict=verdict(0), faults_asked=True)
+    assert not idle.ok and "nothing was tested: no enqueue was acknowledged" in idle.lines()
+    spared = TortureReport(operations=20, pauses=0, kills=0, verdict=verdict(10), faults_asked=True)
+    assert not spared.ok and "nothing was tested: no fault was injected" in spared.lines()
+    assert TortureReport(
+        operations=20, pauses=0, kills=0, parked_kills=1, verdict=verdict(10), faults_asked=True
+    ).ok

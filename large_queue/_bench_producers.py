@@ -129,13 +129,24 @@ def concurrent(
         for worker in workers:
             worker.join()
         values = [e.value for e in drain(queue, processes * per_process)]
+        left = queue.dequeue_batch(10)  # an entry twice would be left after the expected count
     finally:  # also on Ctrl-C: no worker left running, no queue left behind
         for worker in workers:
             if worker.is_alive():
                 worker.kill()
                 worker.join()
         Queue.delete(backend, name)
-    exact = len(values) == len(set(values)) == processes * per_process
+    # every value once, each producer's values 0..n-1 in its order, and nothing more in the queue
+    sequences: dict[str, list[int]] = {}
+    for value in values:
+        producer, _, sequence = value.partition(":")
+        sequences.setdefault(producer, []).append(int(sequence))
+    exact = (
+        len(values) == processes * per_process
+        and not left
+        and len(sequences) == processes
+        and all(sequence == list(range(per_process)) for sequence in sequences.values())
+    )
     sample = Sample(
         entries=processes * per_process,
         calls=processes * per_process,
@@ -232,9 +243,14 @@ def _fed_by_threads(queue: Queue, threads: int, per_thread: int, max_batch: int)
     commands = backend.commands - opened
     stats = queue.stats()
     entries = drain(queue, total)
+    sent = {
+        offset: {"t": index, "n": n} for index, each in enumerate(offsets) for n, offset in enumerate(each)
+    }
+    # each future's offset holds the value sent with it, every value once, and nothing more is queued
     exact = (
-        sorted(o for each in offsets for o in each) == sorted(e.offset for e in entries)
-        and len(entries) == total
+        len(entries) == total == len(sent)
+        and all(sent.get(entry.offset) == entry.value for entry in entries)
+        and not queue.dequeue_batch(10)
     )
     return Sample(
         entries=total,

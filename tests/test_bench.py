@@ -7,12 +7,13 @@ counts are exact and are the issue's targets.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from large_queue import _bench, _bench_idle, _bench_persist, errors
 from large_queue.backends import connect
-from tests.fix_backends import Place
+from tests.fix_backends import Place, Store
 
 
 def test_bench_counts_round_trips_and_accounts_for_every_entry(
@@ -116,3 +117,27 @@ def test_the_persist_queue_comparison_refuses_to_time_an_empty_queue() -> None:
         with pytest.raises(errors.LargeQueueError, match="found a queue empty"):
             _bench_persist._got(empty)
     assert _bench_persist._got([1]) == [1]
+
+
+def test_the_producer_objects_check_finds_an_entry_put_twice(store: Store) -> None:
+    """The bench's "every entry exactly once" compares values with the offsets their futures gave,
+    and looks for anything left after the expected count."""
+    from large_queue._bench_producers import _fed_by_threads
+
+    assert _fed_by_threads(store.new_queue(capacity=200, slots_per_record=50), 2, 10, 4)[1]
+    queue = store.new_queue(capacity=200, slots_per_record=50)
+    made = queue.producer
+
+    def putting_one_twice(**options: Any) -> Any:
+        producer = made(**options)
+        flush = producer.flush
+
+        def flush_and_put_again() -> None:
+            flush()
+            queue.enqueue({"t": 0, "n": 0})  # a value already sent, at an offset no future gave
+
+        producer.flush = flush_and_put_again  # type: ignore[method-assign]
+        return producer
+
+    queue.producer = putting_one_twice  # type: ignore[method-assign]
+    assert not _fed_by_threads(queue, 2, 10, 4)[1]

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from large_queue.queue import Queue
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
 def as_ms(moment: object) -> int:
     """``moment`` (a timezone-aware ``datetime``, or ms since the epoch as an int) in ms since the epoch."""
     if isinstance(moment, datetime.datetime):
@@ -32,7 +35,10 @@ def as_ms(moment: object) -> int:
             raise errors.InvalidArgumentError(
                 f"{moment!r} has no time zone: give an aware datetime (tzinfo=datetime.timezone.utc, say)"
             )
-        return round(moment.timestamp() * 1000)
+        # whole microseconds, without a float: a moment inside a millisecond is after that millisecond's
+        # entries (an entry's time is whole milliseconds), so it rounds up
+        micros = (moment - _EPOCH) // datetime.timedelta(microseconds=1)
+        return -(-micros // 1000)
     if type(moment) is not int or moment < 0:
         raise errors.InvalidArgumentError(
             f"a moment must be an aware datetime or milliseconds since the epoch (a non-negative int),"

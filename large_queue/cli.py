@@ -434,7 +434,8 @@ def _seek_target(text: str | None) -> int | str | datetime.datetime:
         raise errors.InvalidArgumentError("--seek needs --to: an offset, 'head', 'tail' or an ISO 8601 time")
     if text in ("head", "tail"):
         return text
-    with contextlib.suppress(ValueError):
+    digits = text.removeprefix("-")
+    if digits.isascii() and digits.isdigit():  # an offset: digits only (int() takes "+1", " 2", "٣")
         return int(text)
     try:  # a trailing Z is UTC (Python before 3.11 reads only +00:00)
         return datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)

@@ -111,6 +111,9 @@ def test_the_groups_command_seeks(place: Place, capsys: pytest.CaptureFixture[st
     bad = ["--create", "new", "--delete", "keeper", "--seek", "g", "--to", "yesterday"]
     assert main(["--url", place.url, "groups", name, *bad]) == 1  # refused before the others ran
     assert "--to must be" in capsys.readouterr().err
+    for spelled in ("+1", " 1", "\u0661"):  # int() reads these as 1; an operator means no offset by them
+        assert main(["--url", place.url, "groups", name, "--seek", "g", "--to", spelled]) == 1
+        assert "--to must be an offset" in capsys.readouterr().err
     for to, said in [
         ("2000-01-01T00:00:00", "time zone"),
         ("-5", "cannot seek to offset -5: the queue holds offsets 0 to 3 (below the head, entries are gone)"),

@@ -67,3 +67,14 @@ def test_offset_at_refuses_what_is_not_a_moment(store: Store) -> None:
         with pytest.raises(InvalidArgumentError, match=r"moment|time zone"):
             queue.offset_at(bad)
     assert queue.offset_at(0) == 0  # an empty queue: its end
+
+
+def test_a_moment_inside_a_millisecond_is_after_that_milliseconds_entries() -> None:
+    """Entries are stamped in whole milliseconds: 0.4 ms past one is after it, not rounded back to it."""
+    from large_queue._seek import as_ms
+
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    base = as_ms(start)
+    assert base == 1_767_225_600_000
+    for micros, after in [(0, 0), (400, 1), (999, 1), (1000, 1), (1001, 2)]:
+        assert as_ms(start + datetime.timedelta(microseconds=micros)) - base == after

@@ -112,6 +112,8 @@ class Verdict:
     in_doubt_calls: int
     in_doubt_entries: int
     anomalies: dict[str, int]
+    #: entries delivered whose enqueue was in doubt or cut short (applied after all)
+    delivered_in_doubt: int = 0
     examples: dict[str, list[Any]]
 
     @property
@@ -325,5 +327,6 @@ def check(calls: list[Call], *, hole_grace: float | None = None) -> Verdict:
         in_doubt_calls=in_doubt_calls,
         in_doubt_entries=len(missing) - len(lost),
         anomalies=anomalies,
+        delivered_in_doubt=sum(1 for value in counts if value in attempted and value not in acknowledged),
         examples={name: items for name, items in examples.items() if items},
     )

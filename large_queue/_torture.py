@@ -153,7 +153,8 @@ class TortureReport:
             f" {self.parked_kills} kills; holes closed by consumers: {self.holes_closed}",
             f"enqueues acknowledged: {verdict.enqueues_acknowledged}, entries delivered:"
             f" {verdict.entries_delivered}, empty dequeues: {verdict.empty_dequeues}",
-            f"in doubt (reported apart): {verdict.in_doubt_calls} calls, {verdict.in_doubt_entries} entries",
+            f"in doubt (reported apart): {verdict.in_doubt_calls} calls, {verdict.in_doubt_entries} entries"
+            f" missing; {verdict.delivered_in_doubt} delivered entries came from enqueues in doubt",
         ]
         if self.calls_settled:
             lines.insert(-1, f"calls of killed workers settled by txn id: {self.calls_settled}")
@@ -174,6 +175,11 @@ def _park_next(signum: int, frame: object) -> None:
     _park_requested = True
 
 
+def _park_cancelled(signum: int, frame: object) -> None:
+    global _park_requested
+    _park_requested = False
+
+
 @contextlib.contextmanager
 def _park_requests_ignored() -> Iterator[None]:
     """SIGUSR1 ignored in this process meanwhile, so that a worker started now inherits it ignored.
@@ -185,10 +191,12 @@ def _park_requests_ignored() -> Iterator[None]:
         yield  # only the main thread may set handlers; a run elsewhere keeps the race
         return
     before = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    cancel = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
         yield
     finally:
         signal.signal(signal.SIGUSR1, before)
+        signal.signal(signal.SIGUSR2, cancel)
 
 
 def _parking(queue: Queue) -> None:
@@ -209,6 +217,7 @@ def _parking(queue: Queue) -> None:
     # store's writer lock, and every process would stop with it.
     queue.backend.grouped = contextlib.nullcontext  # type: ignore[method-assign]
     signal.signal(signal.SIGUSR1, _park_next)
+    signal.signal(signal.SIGUSR2, _park_cancelled)
 
 
 def _producer(
@@ -249,8 +258,9 @@ def _producer(
             writer.complete(op, "ok", offsets=[offsets.start, offsets.stop])
         sequence += count
     # A park asked for now finds no reservation to stop at; the interpreter's shutdown would also
-    # put SIGUSR1's default back (which ends the process): a late one is ignored instead.
+    # put SIGUSR1's (and SIGUSR2's) default back, which ends the process: late ones are ignored instead.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def _say_holes(queue: Queue, history: str, said: int) -> int:
@@ -416,6 +426,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         raise
     hung = []
     for tag, (_, _, process) in workers.items():
+        if process.is_alive():  # a park taken back too late may have stopped it: it runs to its end
+            os.kill(process.pid, signal.SIGCONT)
         process.join(60)
         if process.is_alive():  # a minute past the deadline: stuck in a call, which is a failure too
             os.kill(process.pid, signal.SIGKILL)
@@ -505,7 +517,12 @@ def _inject_faults(
         if parking:
             os.kill(process.pid, signal.SIGUSR1)
             if not _wait_stopped(process.pid, timeout=2.0):
-                continue  # it did not reserve meanwhile (blocked on a full queue, say)
+                # it did not reserve meanwhile (blocked on a full queue, say): the request is taken
+                # back, and should it have stopped itself in between, it is resumed
+                os.kill(process.pid, signal.SIGUSR2)
+                if _wait_stopped(process.pid, timeout=0.5):
+                    os.kill(process.pid, signal.SIGCONT)
+                continue
         if fault.endswith("pause"):
             if not parking:
                 os.kill(process.pid, signal.SIGSTOP)

@@ -160,3 +160,15 @@ def test_a_group_entry_acked_only_in_doubt_is_counted_apart_not_lost_nor_deliver
     assert (verdict.entries_delivered, verdict.in_doubt_entries, verdict.in_doubt_calls) == (3, 1, 1)
     verdict = check_groups(calls[:3], ["g1", "g2"])  # without the ack in doubt, p:1 is lost in g2
     assert verdict.anomalies["lost"] == 1 and verdict.in_doubt_entries == 0
+
+
+def test_entries_delivered_from_enqueues_in_doubt_are_counted_apart() -> None:
+    """The report's lines add up: acknowledged - lost - missing in doubt + delivered in doubt = delivered."""
+    calls = [
+        enqueue("p", ["p:0"], 0, 1.0),
+        enqueue("p", ["p:1"], None, 2.0, outcome=None),  # killed, and applied after all
+        dequeue("c", [[0, "p:0"], [1, "p:1"]], 3.0),
+    ]
+    verdict = check(calls)
+    assert verdict.ok and verdict.delivered_in_doubt == 1
+    assert verdict.enqueues_acknowledged + verdict.delivered_in_doubt == verdict.entries_delivered

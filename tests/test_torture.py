@@ -141,3 +141,42 @@ def test_a_run_that_acknowledged_nothing_or_injected_no_fault_asked_for_proves_n
     assert TortureReport(
         operations=20, pauses=0, kills=0, parked_kills=1, verdict=verdict(10), faults_asked=True
     ).ok
+
+
+def _parked_producer(path: str, go: str) -> None:
+    from large_queue import Queue
+    from large_queue._torture import _parking
+
+    queue = Queue.open(f"embedded://{path}", "q")
+    _parking(queue)
+    while not os.path.exists(go):  # a file, not a lock a process killed by a signal might hold
+        time.sleep(0.01)
+    queue.enqueue("after")  # a park asked for and taken back: it must not stop here
+
+
+def test_a_park_the_coordinator_took_back_does_not_stop_the_producer_later(tmp_path: Path) -> None:
+    """The coordinator gives up on a producer that did not reserve in time (blocked on a full queue)
+    and takes its request back; the producer, reserving later, must not stop with nobody to resume it."""
+    import multiprocessing
+
+    from large_queue import Queue
+
+    Queue.create(f"embedded://{tmp_path}/s.db", "q", capacity=4)
+    context = multiprocessing.get_context("fork")
+    go = tmp_path / "go"
+    producer = context.Process(target=_parked_producer, args=(str(tmp_path / "s.db"), str(go)))
+    producer.start()
+    try:
+        time.sleep(1.0)  # its handlers are in place
+        os.kill(producer.pid, signal.SIGUSR1)  # type: ignore[arg-type]
+        time.sleep(0.2)
+        os.kill(producer.pid, signal.SIGUSR2)  # type: ignore[arg-type]
+        time.sleep(0.2)
+        go.touch()
+        producer.join(20)
+        assert producer.exitcode == 0
+    finally:
+        if producer.is_alive():
+            os.kill(producer.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            producer.join()
+    assert [entry.value for entry in Queue.open(f"embedded://{tmp_path}/s.db", "q").peek()] == ["after"]

@@ -39,7 +39,7 @@ from typing import Any
 from large_queue import _torture_txn, errors
 from large_queue._history import HistoryWriter, Verdict, check, read_calls
 from large_queue._history_groups import check_groups
-from large_queue.backends import connect
+from large_queue.backends import Backend, connect
 from large_queue.lock import LockPolicy
 from large_queue.queue import Queue
 
@@ -120,6 +120,8 @@ class TortureReport:
     verdict: Verdict
     parked_pauses: int = 0  #: producers stopped between reserve and publish, then resumed
     parked_kills: int = 0  #: producers killed between reserve and publish
+    held_pauses: int = 0  #: consumers stopped holding the lock just before their commit, past its TTL
+    fenced: int = 0  #: dequeues that failed with LockLostError: their lock broken, their commit refused
     holes_closed: int = 0  #: unpublished reservations the consumers closed
     calls_settled: int = 0  #: calls of killed workers settled after the run by their txn ids
     #: workers that ended with an error of their own (not killed by the run): each printed its traceback
@@ -134,7 +136,8 @@ class TortureReport:
         why = []
         if not self.verdict.enqueues_acknowledged:
             why.append("no enqueue was acknowledged")
-        if self.faults_asked and not (self.pauses + self.kills + self.parked_pauses + self.parked_kills):
+        injected = self.pauses + self.kills + self.parked_pauses + self.parked_kills + self.held_pauses
+        if self.faults_asked and not injected:
             why.append("no fault was injected")
         return why
 
@@ -151,6 +154,8 @@ class TortureReport:
             f"faults injected: {self.pauses} pauses past the lock TTL, {self.kills} kills",
             f"between reserve and publish: {self.parked_pauses} pauses past the hole timeout,"
             f" {self.parked_kills} kills; holes closed by consumers: {self.holes_closed}",
+            f"consumers stopped holding the lock past its TTL: {self.held_pauses}; dequeues fenced off"
+            f" (LockLostError): {self.fenced}",
             f"enqueues acknowledged: {verdict.enqueues_acknowledged}, entries delivered:"
             f" {verdict.entries_delivered}, empty dequeues: {verdict.empty_dequeues}",
             f"in doubt (reported apart): {verdict.in_doubt_calls} calls, {verdict.in_doubt_entries} entries"
@@ -220,6 +225,32 @@ def _parking(queue: Queue) -> None:
     signal.signal(signal.SIGUSR2, _park_cancelled)
 
 
+def _commands_alone(queue: Queue) -> bool:
+    """Whether the store sends each command of an operation on its own (no transaction around them)."""
+    return type(queue.backend).grouped is Backend.grouped
+
+
+def _holding_parks(queue: Queue) -> None:
+    """Make the consumer stop itself holding the queue lock, just before its next commit, when asked.
+
+    The coordinator resumes it past the lock's TTL, once another consumer may have broken the lock:
+    its commit must then be fenced off. (Only where each command goes on its own, as on Aerospike:
+    the embedded store runs a dequeue in one transaction, whose writer lock would stop everyone.)
+    """
+    commit = queue.lock.commit
+
+    def park_then_commit(grant: Any, **changes: Any) -> Any:
+        global _park_requested
+        if _park_requested:
+            _park_requested = False
+            os.kill(os.getpid(), signal.SIGSTOP)  # the coordinator resumes us
+        return commit(grant, **changes)
+
+    queue.lock.commit = park_then_commit  # type: ignore[method-assign]
+    signal.signal(signal.SIGUSR1, _park_next)
+    signal.signal(signal.SIGUSR2, _park_cancelled)
+
+
 def _producer(
     url: str, name: str, history: str, tag: str, deadline: float, seed: int, txn_ids: bool = False
 ) -> None:
@@ -279,6 +310,8 @@ def _consumer(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
+    if _commands_alone(queue):
+        _holding_parks(queue)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
     closed = 0
@@ -416,7 +449,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     for index in range(config.consumers):
         start("c", index)
     try:
-        faults = _inject_faults(config, rng, workers, start, killed, deadline, log)
+        holding = not config.groups and type(store).grouped is Backend.grouped
+        faults = _inject_faults(config, rng, workers, start, killed, deadline, log, holding=holding)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
         for _, _, process in workers.values():
             if process.is_alive():
@@ -457,6 +491,14 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         kills=faults["kill"],
         parked_pauses=faults["park-pause"],
         parked_kills=faults["park-kill"],
+        held_pauses=faults["hold-pause"],
+        fenced=sum(
+            1
+            for call in calls
+            if call.op == "dequeue"
+            and call.outcome == "fail"
+            and call.response.get("error") == "LockLostError"
+        ),
         holes_closed=holes,
         calls_settled=settled,
         workers_failed=failed,
@@ -484,13 +526,21 @@ def _inject_faults(
     killed: Any,
     deadline: float,
     log: Any,
+    *,
+    holding: bool = False,
 ) -> dict[str, int]:
-    """Pause and kill workers until the deadline, saying how it goes every few seconds; counts by kind."""
+    """Pause and kill workers until the deadline, saying how it goes every few seconds; counts by kind.
+
+    ``holding``: consumers can also be stopped holding the queue lock, just before their commit
+    (``hold-pause``; where each command goes on its own, see :func:`_holding_parks`).
+    """
     enabled = [kind for kind, on in (("pause", config.pauses), ("kill", config.kills)) if on]
     if config.appends == "reserve":
         enabled += [f"park-{kind}" for kind in enabled]
+    if holding and config.pauses:
+        enabled.append("hold-pause")
     faults = itertools.cycle(enabled or ["none"])  # alternate, so a short run sees every kind
-    counts = dict.fromkeys(("pause", "kill", "park-pause", "park-kill", "none"), 0)
+    counts = dict.fromkeys(("pause", "kill", "park-pause", "park-kill", "hold-pause", "none"), 0)
     began = time.monotonic()
     said = began
     time.sleep(3.0)
@@ -498,23 +548,25 @@ def _inject_faults(
         if time.monotonic() - said >= PROGRESS_EVERY:
             said = time.monotonic()
             alive = sum(process.is_alive() for _, _, process in workers.values())
+            paused = counts["pause"] + counts["park-pause"] + counts["hold-pause"]
             log(
-                f"{said - began:4.0f} s: {counts['pause'] + counts['park-pause']} pauses,"
+                f"{said - began:4.0f} s: {paused} pauses,"
                 f" {counts['kill'] + counts['park-kill']} kills so far; {alive} workers running"
             )
         time.sleep(config.fault_interval * rng.uniform(0.5, 1.5))
         fault = next(faults)
         parking = fault.startswith("park-")
+        held = fault == "hold-pause"
         live = [
             tag
             for tag, (role, _, process) in workers.items()
-            if process.is_alive() and (role == "p" or not parking)
+            if process.is_alive() and (role == "p" if parking else role == "c" if held else True)
         ]
         if not live:
             break
         tag = rng.choice(live)
         role, index, process = workers[tag]
-        if parking:
+        if parking or held:
             os.kill(process.pid, signal.SIGUSR1)
             if not _wait_stopped(process.pid, timeout=2.0):
                 # it did not reserve meanwhile (blocked on a full queue, say): the request is taken
@@ -524,7 +576,7 @@ def _inject_faults(
                     os.kill(process.pid, signal.SIGCONT)
                 continue
         if fault.endswith("pause"):
-            if not parking:
+            if not (parking or held):
                 os.kill(process.pid, signal.SIGSTOP)
             pause = (config.hole_timeout if parking else config.lock_ttl) * rng.uniform(1.5, 3.0)
             time.sleep(pause)

@@ -163,8 +163,8 @@ def purge(queue: Queue) -> range:
     The lock's acquire and its commit, whatever the queue holds, then one
     write for the cluster shim and one for each consumer group (their owners
     are fenced). Where producers append without the lock, the tail is where they
-    have reserved to, so an enqueue in flight when the purge commits (its
-    offsets reserved, not yet published) is dropped with the rest: its
+    have reserved to when the purge takes the lock, so an enqueue in flight
+    then (its offsets reserved, not yet published) is dropped with the rest: its
     producer is told it succeeded, as it would be had it published a moment
     before the purge. The timeline::
 
@@ -179,7 +179,7 @@ def purge(queue: Queue) -> range:
     cursors as lost (``on_data_loss``), as for expired entries: their owners
     are fenced after the commit (:func:`_unseat_consumers`), so an owner may
     deliver a purged entry only while the purge runs. Offset reads of them
-    return None from then on. An enqueue that commits after the purge is kept.
+    return None from then on. An enqueue that reserves after the purge took the lock is kept.
     """
     with queue.lock.holding(internal(PURGE_TXN)) as grant:
         if grant.tail <= grant.head:

@@ -115,7 +115,7 @@ def drop_expired(queue: Queue) -> range:
     The lock's acquire, about ``log2(records)`` reads (a bisection,
     :mod:`large_queue._seek`), where producers append without the lock one
     more read for each record of unpublished or closed offsets just below where it
-    stops, and the commit. A long run of slots with no time (a big batch
+    stops, a read of where the consumers have acked to, and the commit. A long run of slots with no time (a big batch
     whose producer died, closed by readers) is read a record at a time; the
     lock is renewed on the way whenever half its TTL has passed. Stops at
     the first entry young enough. An empty range if the queue keeps entries
@@ -160,9 +160,10 @@ def _consumed_to(queue: Queue, groups: tuple[str, ...], head: int) -> int:
 def purge(queue: Queue) -> range:
     """Move the head to the tail: every entry leaves at once; return the offsets dropped.
 
-    The lock's acquire and its commit, whatever the queue holds, then one
-    write for the cluster shim and one for each consumer group (their owners
-    are fenced). Where producers append without the lock, the tail is where they
+    The lock's acquire, a read of where the consumers have acked to (what
+    they acked is not counted as dropped), and the commit, whatever the
+    queue holds, then one write for the cluster shim and one for each
+    consumer group (their owners are fenced). Where producers append without the lock, the tail is where they
     have reserved to when the purge takes the lock, so an enqueue in flight
     then (its offsets reserved, not yet published) is dropped with the rest: its
     producer is told it succeeded, as it would be had it published a moment

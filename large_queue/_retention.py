@@ -110,19 +110,34 @@ def report(queue: Queue, count: int) -> None:
 
 
 def drop_expired(queue: Queue) -> range:
-    """Move the head past the entries older than ``max_age``; return the offsets passed.
+    """Move the head past the entries older than ``max_age``; return the offsets dropped.
+
+    Those below where every consumer (groups, or the cluster shim's) had acked
+    were consumed, not dropped: passed, and not returned (see :func:`expire_passing`).
+    """
+    return expire_passing(queue)[1]
+
+
+def made_room(queue: Queue) -> bool:
+    """Drop the expired entries (:func:`drop_expired`); True if the head moved, consumed ones or not."""
+    return bool(expire_passing(queue)[0])
+
+
+def expire_passing(queue: Queue) -> tuple[range, range]:
+    """Move the head past the entries older than ``max_age``: the offsets passed, and those dropped.
 
     The lock's acquire, about ``log2(records)`` reads (a bisection,
     :mod:`large_queue._seek`), where producers append without the lock one
-    more read for each record of unpublished or closed offsets just below where it
-    stops, a read of where the consumers have acked to, and the commit. A long run of slots with no time (a big batch
-    whose producer died, closed by readers) is read a record at a time; the
-    lock is renewed on the way whenever half its TTL has passed. Stops at
-    the first entry young enough. An empty range if the queue keeps entries
-    however old, or none has expired.
+    more read for each record of unpublished or closed offsets just below
+    where it stops, a read of where the consumers have acked to, and the
+    commit. A long run of slots with no time (a big batch whose producer
+    died, closed by readers) is read a record at a time; the lock is renewed
+    on the way whenever half its TTL has passed. Stops at the first entry
+    young enough. Empty ranges if the queue keeps entries however old, or
+    none has expired.
     """
     if queue.max_age_ms is None:
-        return range(0)
+        return range(0), range(0)
     with queue.lock.holding(internal(EXPIRE_TXN)) as grant:
         held = [grant]
 
@@ -136,7 +151,7 @@ def drop_expired(queue: Queue) -> range:
         grant = held[0]
         if new_head <= grant.head:
             queue.lock.release(grant)
-            return range(grant.head, grant.head)
+            return range(grant.head, grant.head), range(grant.head, grant.head)
         consumed = min(new_head, _consumed_to(queue, grant.groups, grant.head))
         # A head that passes offsets with no time (closed, or reserved and not published below an
         # expired entry) may skip a reservation whose receipt is pending: said, as every such move does
@@ -147,7 +162,7 @@ def drop_expired(queue: Queue) -> range:
             skipped_to=new_head if queue.marked else None,
         )
     report(queue, new_head - consumed)
-    return range(consumed, new_head)
+    return range(grant.head, new_head), range(consumed, new_head)
 
 
 def _consumed_to(queue: Queue, groups: tuple[str, ...], head: int) -> int:
@@ -298,7 +313,9 @@ __all__ = [
     "StoreClock",
     "check_max_age",
     "drop_expired",
+    "expire_passing",
     "expired_before",
+    "made_room",
     "report",
     "split_expired",
 ]

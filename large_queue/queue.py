@@ -402,7 +402,7 @@ class Queue:
         try:
             return self._append_now(values, txn_id, overwrite_if_full, receipt)
         except errors.QueueFullError:
-            if not _retention.drop_expired(self):  # no entry old enough to leave: full it is
+            if not _retention.made_room(self):  # no entry old enough to leave: full it is
                 raise
         return self._append_now(values, txn_id, overwrite_if_full, receipt)
 

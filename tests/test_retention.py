@@ -341,3 +341,21 @@ def test_expire_renews_its_lock_while_it_searches_a_long_run_of_slots_with_no_ti
     assert queue.expire() == range(0, 70)  # the old entries and the closed run
     assert len(refused) >= 4  # the search probed past the TTL (1 s), and the lock stayed held
     assert [entry.value for entry in queue.peek(20)] == ["young"] * 10
+
+
+@pytest.mark.parametrize("group", ["g", None], ids=["group", "shim"])
+def test_a_full_queue_makes_room_when_the_expired_entries_were_acked_already(
+    store: Store, group: str | None
+) -> None:
+    """The drop moves the head past what the consumers acked (none of it counted as dropped): that is
+    room all the same, and the enqueue that asked for it goes on."""
+    queue = _queue(store, "reserve", capacity=40, slots_per_record=5)
+    if group:
+        queue.create_group(group)
+    queue.enqueue_batch(list(range(5)))
+    with queue.consumer("n1", group=group, time_slice=30.0, timeout=5.0) as consumer:
+        consumer.ack(consumer.receive(5, timeout=2.0))  # acked; the head follows only later
+        store.advance(LATER)
+        queue.enqueue_batch([f"young{i}" for i in range(35)])  # full
+        assert queue.enqueue("new") == 40
+        assert queue.stats().entries_expired == 0

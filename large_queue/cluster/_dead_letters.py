@@ -77,7 +77,7 @@ class DeadLetters:
         try:
             at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
         except errors.QueueFullError:
-            if not _retention.drop_expired(self.target):  # no letter old enough to leave: full it is
+            if not _retention.made_room(self.target):  # no letter old enough to leave: full it is
                 raise
             at, now_ms = self.target.appender.reserve_stamped(1, overwrite=False)
         self._reserved_at[at] = now_ms

@@ -21,7 +21,7 @@ from large_queue import (
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
 from large_queue.backends.faults import FaultInjectingBackend
-from large_queue.errors import ConditionNotMetError
+from large_queue.errors import BackendTimeoutError, ConditionNotMetError
 from tests.fix_backends import Store
 
 APPENDS = ["reserve", "lock"]
@@ -196,10 +196,31 @@ def test_a_half_published_spanning_batch_is_finished_by_the_retry(store: Store) 
     backend.inject(
         lambda call: call.is_buffer and call.key.user_key.endswith("-1"), applied=False, times=ATTEMPTS
     )
-    with pytest.raises(OutcomeUnknownError):  # the last record's publish is the batch's, in doubt
+    with pytest.raises(OutcomeUnknownError) as caught:  # the last record's publish is the batch's, in doubt
         queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1")
+    assert caught.value.offsets == range(1, 5)  # the whole batch: it shows whole or not at all
     assert queue.info().tail_offset == 1  # nothing of the batch is visible
     assert queue.enqueue_batch(["a", "b", "c", "d"], txn_id="t1") == range(1, 5)
+    assert _values(queue) == ["x", "a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("txn_id", [None, "t1"])
+def test_a_spanning_batch_whose_first_part_times_out_is_not_in_doubt(
+    store: Store, txn_id: str | None
+) -> None:
+    """Readers show a batch spanning records only once its last record is published, which a call
+    whose first part timed out never does: nothing of it shows, and making it again is safe."""
+    backend, queue = _faulty(store, appends="reserve")
+    queue.enqueue("x")  # the batch 1..4 spans records 0 and 1
+    backend.inject(
+        lambda call: call.is_buffer and call.key.user_key.endswith("-0"), applied=True, times=ATTEMPTS
+    )
+    with pytest.raises(BackendTimeoutError, match="nothing of the batch is visible") as caught:
+        queue.enqueue_batch(["a", "b", "c", "d"], txn_id=txn_id)
+    assert not caught.value.in_doubt and queue.stats().outcomes_unknown == 0
+    backend._faults.clear()
+    again = queue.enqueue_batch(["a", "b", "c", "d"], txn_id=txn_id)
+    assert again == range(5, 9)  # new offsets: the first reservation's last slot was closed
     assert _values(queue) == ["x", "a", "b", "c", "d"]
 
 

@@ -359,3 +359,36 @@ def test_a_full_queue_makes_room_when_the_expired_entries_were_acked_already(
         queue.enqueue_batch([f"young{i}" for i in range(35)])  # full
         assert queue.enqueue("new") == 40
         assert queue.stats().entries_expired == 0
+
+
+def test_a_consumer_whose_commit_is_in_doubt_while_it_passes_expired_entries_delivers_nothing(
+    store: Store,
+) -> None:
+    """A delivery whose owner write stays in doubt delivers nothing, also in the middle of passing
+    a long expired backlog: the passes stop there, and the entries come once it owns the queue again."""
+    from large_queue import errors
+
+    queue = _queue(store, "reserve", capacity=2_000, slots_per_record=10)
+    queue.enqueue_batch(list(range(500)))
+    store.advance(LATER)
+    queue.enqueue_batch(["y0", "y1"])
+    with queue.consumer("n1", time_slice=60.0, timeout=10.0) as consumer:
+        commit = consumer.ownership.commit
+        commits = [0]
+
+        def in_doubt_once(*args: Any, **changes: Any) -> Any:
+            commits[0] += 1
+            done = commit(*args, **changes)
+            if commits[0] == 2:
+                raise errors.OutcomeUnknownError("applied, and its reply lost")
+            return done
+
+        consumer.ownership.commit = in_doubt_once  # type: ignore[method-assign]
+        assert consumer.receive(1, timeout=0) == []  # nothing handed out past the write in doubt
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            for message in consumer.receive(2, timeout=0.5):
+                got.append(message.value)
+                message.ack()
+    assert got == ["y0", "y1"]

@@ -488,7 +488,11 @@ class Appender:
             slot = self.shape.slot_of(first)
             single = [slot_writes(slot, [[first, values[0], now_ms]], self.shape.slots_per_record)]
             put = SlotPut(self.shape.record_of(first), single, [SlotRun(slot, 1, first)])
-            self._put_slots(put, published=True, repeat=repeat)
+            try:
+                self._put_slots(put, published=True, repeat=repeat)
+            except errors.OutcomeUnknownError:
+                self.counters.bump("outcomes_unknown")
+                raise
             return
         last = first + len(values) - 1
         runs = self.shape.runs(first, last + 1)
@@ -512,7 +516,24 @@ class Appender:
         except errors.ReservationClosedError:
             self._abandon(last)  # settle it now: nothing of it may ever be visible
             raise
-        self._put_slots(holding_last, published=True, repeat=repeat)
+        except errors.OutcomeUnknownError as exc:
+            # A part before the last in doubt: the batch shows only once its last record is
+            # published, which it now never is by this call.
+            self._abandon(last)
+            raise errors.BackendTimeoutError(
+                f"publishing a batch of {len(values)} entries to queue {self.keys.name!r} timed out before"
+                f" its last buffer record ({exc.detail}): nothing of the batch is visible, or will be"
+                " (readers show a batch spanning records only once its last record is published, and its"
+                " reservation is closed), so appending again is safe",
+                code=getattr(exc.__cause__, "code", None),
+                in_doubt=False,
+            ) from exc
+        try:
+            self._put_slots(holding_last, published=True, repeat=repeat)
+        except errors.OutcomeUnknownError as exc:
+            exc.offsets = range(first, last + 1)  # the batch shows whole or not at all
+            self.counters.bump("outcomes_unknown")
+            raise
 
     def _put_records(self, puts: list[SlotPut], *, repeat: bool) -> None:
         """Publish the slots of several buffer records: one command where the store sends them together.
@@ -650,8 +671,11 @@ class Appender:
                 raise failure
 
     def _unknown(self, put: SlotPut, what: str, cause: errors.BackendError) -> errors.OutcomeUnknownError:
-        """A publish that timed out, and was not found applied or not: any attempt may have been."""
-        self.counters.bump("outcomes_unknown")
+        """A publish that timed out, and was not found applied or not: any attempt may have been.
+
+        Counted where it leaves :meth:`publish` (a part of a spanning batch before its last is no
+        outcome in doubt: the batch then never shows).
+        """
         offsets = [offset for _, offset in pairs(put.slots)]
         return errors.OutcomeUnknownError(
             f"a publish to queue {self.keys.name!r} {what}: it may have been applied"
@@ -716,8 +740,7 @@ class Appender:
             isinstance(slot, list) and slot and type(slot[0]) is int and slot[0] > offset
             for slot, (_, offset) in zip(got, slots, strict=False)
         )
-        if newer and timed_out:
-            self.counters.bump("outcomes_unknown")
+        if newer and timed_out:  # counted where it leaves publish()
             return errors.OutcomeUnknownError(
                 f"a publish to queue {self.keys.name!r} timed out, and its slots now hold a later lap's"
                 " entries: it may have been applied (and its entries consumed since) or not",

@@ -474,9 +474,13 @@ class Consumer(Turns):
                         if delivered:
                             self._idle.found_something()
                             return delivered
-                        if self._skimming:  # lost entries passed, more to pass: no wait for that
+                        if self._skimming and timeout and time.monotonic() < deadline:
+                            # lost entries passed, more to pass: no backoff for that (acks waiting
+                            # on the lock go first)
+                            self._lock.wait(0)
                             continue
-                        self._idle.found_nothing()
+                        if not self._skimming:
+                            self._idle.found_nothing()
                         if timeout is None:
                             return delivered
                         due = self.deliveries.next_due(self._inflight)
@@ -502,7 +506,7 @@ class Consumer(Turns):
                     self._lost_range.start if lost_from is None else min(lost_from, self._lost_range.start)
                 )
                 self._lost_range = range(lost_from, self._lost_range.stop)
-            if delivered or not self._skimming:
+            if delivered or not self._skimming or not self._owning:  # (a commit in doubt: not owning)
                 break
         if self._dying:
             self._move_dying()
@@ -662,7 +666,7 @@ class Consumer(Turns):
         try:
             self._commit(cursor, inflight, **counts)
         except errors.OwnershipLostError:
-            self._dying = []
+            self._dying, self._skimming = [], False
             return []  # nothing was delivered; the new owner has it all
         except errors.OutcomeUnknownError as exc:
             # Nothing is handed out either way, and nothing is lost either way:
@@ -673,7 +677,7 @@ class Consumer(Turns):
             # This node's own state may be behind the record: it reads it again before
             # delivering more (the watcher takes the queue back if it is still its own).
             log.warning("queue %r: %s delivers nothing this time: %s", self.queue.name, self._who(), exc)
-            self._dying = []
+            self._dying, self._skimming = [], False
             self._lose()
             return []
         if not auto_ack:

@@ -32,8 +32,10 @@ The checker reports, for a destructive-dequeue queue without overwriting:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -173,14 +175,47 @@ def _lost(
                 runs[-1].append((offset, value))  # nothing delivered in between: the same run
                 continue
         runs.append([(offset, value)])
-    takes = sorted(killed_takes, reverse=True)
-    for run in sorted(runs, key=len, reverse=True):
-        covered = 0
-        while covered < len(run) and takes:
-            covered += takes.pop(0)
-        if covered < len(run):
-            lost += run[covered:]
+    uncovered = _fewest_uncovered(sorted((len(run) for run in runs), reverse=True), killed_takes)
+    if uncovered:  # that many are lost however the kills are matched: named from the longest runs' ends
+        ends = sorted((entry for run in runs for entry in run[-uncovered:]), key=lambda e: -e[0])
+        lost += ends[:uncovered]
     return sorted(lost)
+
+
+#: count vectors of killed takes beyond this many are not searched (a bound stands in)
+_MOST_STATES = 200_000
+
+
+def _fewest_uncovered(runs: list[int], takes: list[int]) -> int:
+    """The fewest missing entries that no matching of killed dequeues to runs covers.
+
+    Each killed dequeue takes up to its ``max_entries`` from one run; a run may need several.
+    Searched exactly over how many dequeues of each ``max_entries`` are left; where that is too
+    many states, a bound that no matching can beat (so never a loss that a matching explains).
+    """
+    values = sorted(set(takes), reverse=True)
+    counts = tuple(takes.count(value) for value in values)
+    if math.prod(count + 1 for count in counts) * max(1, len(runs)) > _MOST_STATES:
+        spare = len(takes) - len(runs)  # runs beyond the dequeues: the smallest go uncovered
+        left_out = sum(sorted(runs)[: max(0, -spare)])
+        return left_out + max(0, sum(runs) - left_out - sum(takes))
+
+    @functools.cache
+    def best(run: int, left: tuple[int, ...]) -> int:
+        return 0 if run == len(runs) else cover(run, runs[run], 0, left)
+
+    @functools.cache
+    def cover(run: int, need: int, first: int, left: tuple[int, ...]) -> int:
+        if need <= 0:
+            return best(run + 1, left)
+        fewest = need + best(run + 1, left)  # the rest of this run goes uncovered
+        for kind in range(first, len(values)):
+            if left[kind]:
+                taken = (*left[:kind], left[kind] - 1, *left[kind + 1 :])
+                fewest = min(fewest, cover(run, need - values[kind], kind, taken))
+        return fewest
+
+    return best(0, counts)
 
 
 def _out_of_fifo(calls: list[Call]) -> list[tuple[str, list[int], str, list[int]]]:

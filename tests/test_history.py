@@ -172,3 +172,15 @@ def test_entries_delivered_from_enqueues_in_doubt_are_counted_apart() -> None:
     verdict = check(calls)
     assert verdict.ok and verdict.delivered_in_doubt == 1
     assert verdict.enqueues_acknowledged + verdict.delivered_in_doubt == verdict.entries_delivered
+
+
+def test_killed_dequeues_are_matched_to_runs_in_the_way_that_explains_the_most() -> None:
+    """Runs of 4 and 3 missing entries, killed dequeues of 3, 2 and 2: 2 + 2 and 3 explain them all
+    (giving 3 + 2 to the run of 4 would leave one unexplained and cry loss)."""
+    killed = [dequeue(c, None, t, max_entries=m) for c, t, m in [("k", 2.0, 2), ("l", 2.1, 2), ("m", 3.5, 3)]]
+    calls = [enqueue("p", [f"p:{i}" for i in range(9)], 0, 1.0), *killed]
+    calls += [dequeue("c", [[4, "p:4"]], 3.0), dequeue("c", [[8, "p:8"]], 4.0)]
+    verdict = check(calls)
+    assert verdict.ok, verdict
+    killed[2].request["max_entries"] = 2  # now 2 + 2 + 2 for runs of 4 and 3: one is lost
+    assert check(calls).anomalies["lost"] == 1

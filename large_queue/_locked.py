@@ -152,8 +152,9 @@ def _retrying_timeouts(
             if attempt == BUFFER_ATTEMPTS:
                 raise errors.BackendTimeoutError(
                     f"a buffer command of queue {queue.name!r} timed out {BUFFER_ATTEMPTS} times ({exc}):"
-                    " the operation stopped before its commit, so nothing of it is visible and it can"
-                    " be made again",
+                    " the operation stopped before its commit, so none of its entries is visible and it"
+                    " can be made again (an enqueue with overwrite_if_full may have written over the"
+                    " oldest entries already)",
                     code=exc.code,
                     in_doubt=False,
                 ) from exc

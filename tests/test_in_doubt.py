@@ -132,7 +132,7 @@ def test_timeouts_that_persist_surface_and_release_the_lock(
 ) -> None:
     backend, queue = faulty
     backend.inject(lambda call: call.is_buffer, applied=False, times=3)
-    with pytest.raises(BackendTimeoutError, match="nothing of it is visible") as caught:
+    with pytest.raises(BackendTimeoutError, match="none of its entries is visible") as caught:
         queue.enqueue("never")
     assert not caught.value.in_doubt  # the commit that would have shown it was never sent
     assert _contents(queue) == []

@@ -126,6 +126,21 @@ def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
     return int(value)
 
 
+def _busy_timeout(query: dict[str, list[str]], url: str) -> float:
+    """``busy_timeout_ms`` of an embedded URL in seconds: 0 (fail at once) to a day, 30 s unless told."""
+    from large_queue.backends.embedded import DEFAULT_BUSY_TIMEOUT_MS, MAX_BUSY_TIMEOUT
+
+    value = _single(query, "busy_timeout_ms", url)
+    if value is None:
+        return DEFAULT_BUSY_TIMEOUT_MS / 1000
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_BUSY_TIMEOUT * 1000:
+        raise errors.InvalidArgumentError(
+            f"busy_timeout_ms={value!r} in {url!r} is not a number of milliseconds from 0 to"
+            f" {MAX_BUSY_TIMEOUT * 1000:.0f}"
+        )
+    return int(value) / 1000
+
+
 _PARAMETERS = {
     "embedded": ("namespaces", "record_size_limit", "synchronous", "busy_timeout_ms"),
     "aerospike": ("user", "password", "tls_name", "cafile", "timeout_ms"),
@@ -146,11 +161,7 @@ def _from_url(url: str, *, create: bool) -> Backend:
             f" {', '.join(_PARAMETERS[parts.scheme])}"
         )
     if parts.scheme == "embedded":
-        from large_queue.backends.embedded import (
-            DEFAULT_BUSY_TIMEOUT_MS,
-            DEFAULT_RECORD_SIZE_LIMIT,
-            EmbeddedBackend,
-        )
+        from large_queue.backends.embedded import DEFAULT_RECORD_SIZE_LIMIT, EmbeddedBackend
 
         if parts.netloc:
             raise errors.InvalidArgumentError(
@@ -171,7 +182,7 @@ def _from_url(url: str, *, create: bool) -> Backend:
             namespaces=namespaces,
             record_size_limit=_integer(query, "record_size_limit", url) or DEFAULT_RECORD_SIZE_LIMIT,
             synchronous=_single(query, "synchronous", url) or "normal",
-            busy_timeout=(_integer(query, "busy_timeout_ms", url) or DEFAULT_BUSY_TIMEOUT_MS) / 1000,
+            busy_timeout=_busy_timeout(query, url),
             create=create,
         )
     if parts.scheme == "aerospike":

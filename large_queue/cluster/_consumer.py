@@ -41,7 +41,7 @@ from large_queue._txn import internal
 from large_queue._waiting import IdlePoller
 from large_queue.appends._prefix import settle_plain
 from large_queue.cluster import _groups
-from large_queue.cluster._dead_letters import DeadLetters
+from large_queue.cluster._dead_letters import DeadLetters, move_dying
 from large_queue.cluster._deliveries import Deliveries
 from large_queue.cluster._messages import Message, OwnershipEvent
 from large_queue.cluster._ownership import Ownership, acked_position
@@ -59,9 +59,6 @@ _SHORTEST = 0.001
 _SKIM_RECORDS = 4
 #: passes over lost entries one delivery makes before it returns (each moves the cursor on)
 _SKIMS_AT_ONCE = 16
-#: pauses (seconds) before a failed move to the dead-letter queue is tried again: doubling, up to the most
-_MOVE_PAUSE_FIRST = 0.5
-_MOVE_PAUSE_MOST = 60.0
 
 log = logging.getLogger("large_queue.cluster")
 
@@ -509,7 +506,7 @@ class Consumer(Turns):
             if delivered or not self._skimming or not self._owning:  # (a commit in doubt: not owning)
                 break
         if self._dying:
-            self._move_dying()
+            move_dying(self)
         if self._commits != commits:
             self._sync_queue_head()  # may wait for the queue lock: never inside a group
         if self._lost != lost and self.on_data_loss == "fail":
@@ -683,58 +680,6 @@ class Consumer(Turns):
         if not auto_ack:
             self.deliveries.delivered([m.offset for m in delivered])
         return delivered
-
-    def _move_dying(self) -> None:
-        """Move the entries that reached ``max_deliveries`` to the dead-letter queue (see its module)."""
-        assert self.dead_letters is not None
-        dying, self._dying = self._dying, []
-        for offset, value, enqueued_at_ms, deliveries in dying:
-            try:
-                letter = self.dead_letters.letter(
-                    offset, value, enqueued_at_ms, deliveries, self.deliveries.last_error.get(offset)
-                )
-                while True:
-                    at = self._dead.get(offset)
-                    if at is None:
-                        at = self.dead_letters.reserve()
-                        self._commit(self._cursor, self._inflight, dead={**self._dead, offset: at})
-                    if self.dead_letters.publish(at, letter):
-                        break
-                    self._commit(
-                        self._cursor,
-                        self._inflight,
-                        dead={o: a for o, a in self._dead.items() if o != offset},
-                    )
-            except errors.OwnershipLostError:
-                return  # the new owner finishes the move from the owner record
-            except errors.LargeQueueError as exc:
-                # Tried again after a pause that doubles (up to a minute): not at every receive, which
-                # would spin on a full dead-letter queue and spend each receive's budget on this entry.
-                failures = self._move_failures[offset] = self._move_failures.get(offset, 0) + 1
-                pause = min(_MOVE_PAUSE_MOST, _MOVE_PAUSE_FIRST * 2 ** (failures - 1))
-                self.deliveries.nacked(offset, pause, None)
-                log.warning(
-                    "queue %r: offset %d could not be moved to dead-letter queue %r yet (%s); it stays"
-                    " in flight and is tried again in %.1f s",
-                    self.queue.name,
-                    offset,
-                    self.dead_letters.target.name,
-                    exc,
-                    pause,
-                )
-                continue
-            self._move_failures.pop(offset, None)
-            inflight = {o: c for o, c in self._inflight.items() if o != offset}
-            try:
-                self._commit(
-                    self._cursor,
-                    inflight,
-                    dead={o: a for o, a in self._dead.items() if o != offset},
-                    dead_lettered=self._dead_lettered + 1,
-                )
-            except errors.OwnershipLostError:
-                return  # the letter is written: the new owner finds it there and acks the entry
-            self.deliveries.acked({offset})
 
     def _commit(self, cursor: int, inflight: dict[int, int], **counts: Any) -> None:
         try:

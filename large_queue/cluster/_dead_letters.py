@@ -30,11 +30,21 @@ as moved.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 from large_queue import _retention, errors
 from large_queue._entries import check_entry
 from large_queue.queue import Queue
+
+if TYPE_CHECKING:
+    from large_queue.cluster._consumer import Consumer
+
+log = logging.getLogger("large_queue.cluster")
+
+#: pauses (seconds) before a failed move to the dead-letter queue is tried again: doubling, up to the most
+_MOVE_PAUSE_FIRST = 0.5
+_MOVE_PAUSE_MOST = 60.0
 
 
 class DeadLetters:
@@ -99,4 +109,59 @@ class DeadLetters:
         return True
 
 
-__all__ = ["DeadLetters"]
+def move_dying(consumer: Consumer) -> None:
+    """Move the entries a consumer found past ``max_deliveries`` to its dead-letter queue (see the module)."""
+    assert consumer.dead_letters is not None
+    dying, consumer._dying = consumer._dying, []
+    for offset, value, enqueued_at_ms, deliveries in dying:
+        try:
+            letter = consumer.dead_letters.letter(
+                offset, value, enqueued_at_ms, deliveries, consumer.deliveries.last_error.get(offset)
+            )
+            while True:
+                at = consumer._dead.get(offset)
+                if at is None:
+                    at = consumer.dead_letters.reserve()
+                    consumer._commit(
+                        consumer._cursor, consumer._inflight, dead={**consumer._dead, offset: at}
+                    )
+                if consumer.dead_letters.publish(at, letter):
+                    break
+                consumer._commit(
+                    consumer._cursor,
+                    consumer._inflight,
+                    dead={o: a for o, a in consumer._dead.items() if o != offset},
+                )
+        except errors.OwnershipLostError:
+            return  # the new owner finishes the move from the owner record
+        except errors.LargeQueueError as exc:
+            # Tried again after a pause that doubles (up to a minute): not at every receive, which
+            # would spin on a full dead-letter queue and spend each receive's budget on this entry.
+            failures = consumer._move_failures[offset] = consumer._move_failures.get(offset, 0) + 1
+            pause = min(_MOVE_PAUSE_MOST, _MOVE_PAUSE_FIRST * 2 ** (failures - 1))
+            consumer.deliveries.nacked(offset, pause, None)
+            log.warning(
+                "queue %r: offset %d could not be moved to dead-letter queue %r yet (%s); it stays"
+                " in flight and is tried again in %.1f s",
+                consumer.queue.name,
+                offset,
+                consumer.dead_letters.target.name,
+                exc,
+                pause,
+            )
+            continue
+        consumer._move_failures.pop(offset, None)
+        inflight = {o: c for o, c in consumer._inflight.items() if o != offset}
+        try:
+            consumer._commit(
+                consumer._cursor,
+                inflight,
+                dead={o: a for o, a in consumer._dead.items() if o != offset},
+                dead_lettered=consumer._dead_lettered + 1,
+            )
+        except errors.OwnershipLostError:
+            return  # the letter is written: the new owner finds it there and acks the entry
+        consumer.deliveries.acked({offset})
+
+
+__all__ = ["DeadLetters", "move_dying"]

@@ -608,7 +608,7 @@ class Consumer(Turns):
                 continue
             taken += index >= due
             if dead_letters is not None and (offset in self._dead or count > dead_letters.max_deliveries):
-                inflight[offset] = count - 1  # moved after this commit (see _move_dying)
+                inflight[offset] = count - 1  # moved after this commit (see _dead_letters.move_dying)
                 self._dying.append((offset, entry[0], entry[1], count - 1))
                 continue
             if auto_ack:

@@ -182,8 +182,10 @@ def _lost(
     return sorted(lost)
 
 
-#: count vectors of killed takes beyond this many are not searched (a bound stands in)
-_MOST_STATES = 200_000
+#: searches past this many states are not made (a bound stands in): the checker answers in seconds
+_MOST_STATES = 2_000_000
+#: ... nor past this many runs and takes, which would recurse too deep
+_MOST_STEPS = 100
 
 
 def _fewest_uncovered(runs: list[int], takes: list[int]) -> int:
@@ -195,7 +197,8 @@ def _fewest_uncovered(runs: list[int], takes: list[int]) -> int:
     """
     values = sorted(set(takes), reverse=True)
     counts = tuple(takes.count(value) for value in values)
-    if math.prod(count + 1 for count in counts) * max(1, len(runs)) > _MOST_STATES:
+    states = math.prod(count + 1 for count in counts) * len(runs) * max(runs, default=1) * len(values)
+    if states > _MOST_STATES or len(runs) + len(takes) > _MOST_STEPS:
         spare = len(takes) - len(runs)  # runs beyond the dequeues: the smallest go uncovered
         left_out = sum(sorted(runs)[: max(0, -spare)])
         return left_out + max(0, sum(runs) - left_out - sum(takes))

@@ -36,8 +36,9 @@ entries keep its call order. A batch is all or nothing, like
 error that failed it (``OutcomeUnknownError`` says, as it does for
 ``enqueue_batch``, that the batch may be in the queue). Nothing is retried
 but a batch whose reservation a reader closed (``ReservationClosedError``:
-nothing of it is visible, and appending it again takes new offsets): it is
-sent again, at most :data:`RESERVATION_ATTEMPTS` times in all.
+nothing of it is visible, and appending it again takes new offsets), or
+that timed out with nothing of it applied (a ``BackendTimeoutError`` not in
+doubt): it is sent again, at most :data:`RESERVATION_ATTEMPTS` times in all.
 
 An idempotent producer (``idempotent=True``, as Kafka's) gives each batch a
 txn id of its own (see ``enqueue_batch``'s ``txn_id`` and the README's
@@ -128,7 +129,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("large_queue")
 
-#: appends of one batch, in all, while readers keep closing its reservation
+#: appends of one batch, in all, while readers keep closing its reservation (or it times out, not in doubt)
 RESERVATION_ATTEMPTS = 3
 #: appends of one batch, in all, while they time out or end in doubt (idempotent producers only)
 IN_DOUBT_ATTEMPTS = 4
@@ -655,6 +656,11 @@ class Producer:
                 if closed >= RESERVATION_ATTEMPTS:
                     return exc
             except errors.LargeQueueError as exc:
+                if txn_id is None and isinstance(exc, errors.BackendTimeoutError) and not exc.in_doubt:
+                    closed += 1  # nothing of it was applied (a timeout not in doubt): sent again, as above
+                    if closed >= RESERVATION_ATTEMPTS:
+                        return exc
+                    continue
                 in_doubt += 1
                 if txn_id is None or not _in_doubt(exc) or in_doubt >= IN_DOUBT_ATTEMPTS:
                     return exc

@@ -322,6 +322,8 @@ def test_connect_urls(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None
             f"embedded://{tmp_path}/h.db?busy_timeout_ms=86400001",
             "not a number of milliseconds from 0 to 86400000",
         ),
+        (f"embedded://{tmp_path}/h.db?busy_timeout_ms={'9' * 5000}", "not a number of milliseconds"),
+        (f"embedded://{tmp_path}/h.db?record_size_limit={'9' * 5000}", "not a positive integer"),
     ]:
         with pytest.raises(errors.InvalidArgumentError, match=message):
             connect(bad)

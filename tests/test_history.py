@@ -184,3 +184,12 @@ def test_killed_dequeues_are_matched_to_runs_in_the_way_that_explains_the_most()
     assert verdict.ok, verdict
     killed[2].request["max_entries"] = 2  # now 2 + 2 + 2 for runs of 4 and 3: one is lost
     assert check(calls).anomalies["lost"] == 1
+
+
+def test_many_runs_of_missing_entries_are_judged_not_a_crash() -> None:
+    """Every other entry missing, 300 runs apart, no kill: 300 lost (a bound stands in for the search)."""
+    calls = [enqueue("p", [f"p:{i}" for i in range(600)], 0, 1.0)]
+    calls += [dequeue("c", [[i, f"p:{i}"]], 2.0 + i) for i in range(0, 600, 2)]
+    assert check(calls).anomalies["lost"] == 300
+    killed = [dequeue("k", None, 2.5 + i, max_entries=1) for i in range(1, 600, 2)]
+    assert check(calls + killed).ok  # a kill for each: all explained

@@ -1274,3 +1274,18 @@ def test_a_results_timeout_counts_its_wait_to_be_taken_too(gated: tuple[Queue, G
         assert len(waited) == 1 and waited[0] < 1.4  # the timeout in all, not again once taken
         gate.opened.set()
     assert future.result(timeout=0) == 0
+
+
+def test_a_plain_producer_sends_again_a_batch_that_timed_out_with_nothing_of_it_applied(store: Store) -> None:
+    """A batch spanning records whose first part timed out at every attempt can never show (readers
+    show it only with its last record): a timeout not in doubt, which the producer sends again."""
+    queue = store.new_queue(capacity=12, slots_per_record=3)
+    backend = FaultInjectingBackend(store.backend)
+    faulty = Queue.open(backend, queue.name)
+    faulty.enqueue("x")  # the batch 1..4 spans records 0 and 1
+    backend.inject(lambda call: call.is_buffer and call.key.user_key.endswith("-0"), applied=True, times=3)
+    with faulty.producer(linger=NEVER, max_batch=4) as producer:
+        futures = [producer.send(value) for value in "abcd"]
+        producer.flush()
+    assert [future.result(timeout=0) for future in futures] == [5, 6, 7, 8]  # taken anew, once
+    assert [entry.value for entry in drain(faulty)] == ["x", "a", "b", "c", "d"]

@@ -121,7 +121,7 @@ def _integer(query: dict[str, list[str]], name: str, url: str) -> int | None:
     value = _single(query, name, url)
     if value is None:
         return None
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) < 1:
         raise errors.InvalidArgumentError(f"{name}={value!r} in {url!r} is not a positive integer")
     return int(value)
 
@@ -133,7 +133,7 @@ def _busy_timeout(query: dict[str, list[str]], url: str) -> float:
     value = _single(query, "busy_timeout_ms", url)
     if value is None:
         return DEFAULT_BUSY_TIMEOUT_MS / 1000
-    if not (value.isascii() and value.isdigit()) or int(value) > MAX_BUSY_TIMEOUT * 1000:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) > MAX_BUSY_TIMEOUT * 1000:
         raise errors.InvalidArgumentError(
             f"busy_timeout_ms={value!r} in {url!r} is not a number of milliseconds from 0 to"
             f" {MAX_BUSY_TIMEOUT * 1000:.0f}"

@@ -517,8 +517,12 @@ class Appender:
             self._abandon(last)  # settle it now: nothing of it may ever be visible
             raise
         except errors.OutcomeUnknownError as exc:
+            if repeat:  # a txn's call: made again with its txn id, it publishes these very offsets
+                exc.offsets = range(first, last + 1)
+                self.counters.bump("outcomes_unknown")
+                raise
             # A part before the last in doubt: the batch shows only once its last record is
-            # published, which it now never is by this call.
+            # published, which it now never is (no call can make it again).
             self._abandon(last)
             raise errors.BackendTimeoutError(
                 f"publishing a batch of {len(values)} entries to queue {self.keys.name!r} timed out before"

@@ -225,9 +225,9 @@ def _parking(queue: Queue) -> None:
     signal.signal(signal.SIGUSR2, _park_cancelled)
 
 
-def _commands_alone(queue: Queue) -> bool:
+def _commands_alone(backend: Backend) -> bool:
     """Whether the store sends each command of an operation on its own (no transaction around them)."""
-    return type(queue.backend).grouped is Backend.grouped
+    return type(backend).grouped is Backend.grouped
 
 
 def _holding_parks(queue: Queue) -> None:
@@ -310,7 +310,7 @@ def _consumer(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     queue = _open(url, name)
-    if _commands_alone(queue):
+    if _commands_alone(queue.backend):
         _holding_parks(queue)
     writer = HistoryWriter(Path(history), tag)
     rng = random.Random(seed)
@@ -449,7 +449,7 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     for index in range(config.consumers):
         start("c", index)
     try:
-        holding = not config.groups and type(store).grouped is Backend.grouped
+        holding = not config.groups and _commands_alone(store)
         faults = _inject_faults(config, rng, workers, start, killed, deadline, log, holding=holding)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
         for _, _, process in workers.values():

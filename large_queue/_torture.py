@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from large_queue import _torture_txn, errors
-from large_queue._history import HistoryWriter, Verdict, check, read_calls
+from large_queue._history import Call, HistoryWriter, Verdict, check, read_calls
 from large_queue._history_groups import check_groups
 from large_queue.backends import Backend, connect
 from large_queue.lock import LockPolicy
@@ -45,6 +45,9 @@ from large_queue.queue import Queue
 
 #: seconds between the progress lines of a run
 PROGRESS_EVERY = 5.0
+#: the shortest time without an acknowledged enqueue that fails a run as stalled (a quarter of
+#: a longer run): pauses and kills of lock holders cost a lock TTL or a hole timeout each
+STALL_SECONDS = 10.0
 DEFINITE_FAILURES = (
     errors.LockLostError,
     errors.LockNotAcquiredError,
@@ -129,6 +132,10 @@ class TortureReport:
 
     #: faults were asked for (pauses or kills)
     faults_asked: bool = False
+    #: the longest time (seconds) while producers ran that no enqueue was acknowledged, and the
+    #: longest a healthy run's can be (a pause or kill of a lock holder costs a lock TTL or so)
+    stalled: float = 0.0
+    stall_limit: float = float("inf")
 
     @property
     def untested(self) -> list[str]:
@@ -142,9 +149,19 @@ class TortureReport:
         return why
 
     @property
+    def stall(self) -> str | None:
+        """Why the run counts as stalled, if it does: producers went on with nothing acknowledged."""
+        if self.stalled <= self.stall_limit:
+            return None
+        return (
+            f"no enqueue was acknowledged for {self.stalled:.1f} s while producers ran (more than"
+            f" {self.stall_limit:.1f} s): the queue stopped taking entries"
+        )
+
+    @property
     def ok(self) -> bool:
-        """No anomaly in the history, no worker ended with an error, and the run tested something."""
-        return self.verdict.ok and not self.workers_failed and not self.untested
+        """No anomaly in the history, no worker failed, no stall, and the run tested something."""
+        return self.verdict.ok and not self.workers_failed and not self.untested and self.stall is None
 
     def lines(self) -> list[str]:
         """The report as printable lines."""
@@ -167,6 +184,7 @@ class TortureReport:
         lines += [f"  e.g. {name}: {items}" for name, items in verdict.examples.items()]
         lines.append(f"workers ended by an error: {len(self.workers_failed)} {list(self.workers_failed)}")
         lines += [f"nothing was tested: {why}" for why in self.untested]
+        lines += [f"stalled: {self.stall}"] if self.stall else []
         lines.append("verdict: OK" if self.ok else "verdict: ANOMALIES FOUND")
         return lines
 
@@ -503,6 +521,8 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         calls_settled=settled,
         workers_failed=failed,
         faults_asked=config.pauses or config.kills,
+        stalled=_longest_stall(calls),
+        stall_limit=max(STALL_SECONDS, config.duration / 4),
         # a reservation killed or paused before its publish hides entries until consumers close it
         verdict=check_groups(calls, config.group_names)
         if config.groups
@@ -511,6 +531,16 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     for line in report.lines():
         log(line)
     return report
+
+
+def _longest_stall(calls: list[Call]) -> float:
+    """The longest time, from the first enqueue's invoke to the last's, that none was acknowledged."""
+    enqueues = [call for call in calls if call.op == "enqueue"]
+    if not enqueues:
+        return 0.0
+    acked = sorted(call.completed for call in enqueues if call.outcome == "ok" and call.completed is not None)
+    times = [min(call.invoked for call in enqueues), *acked, max(call.invoked for call in enqueues)]
+    return max(later - earlier for earlier, later in itertools.pairwise(times))
 
 
 def _hole_grace(config: TortureConfig) -> float | None:

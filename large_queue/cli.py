@@ -516,6 +516,12 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """:func:`main` once its command line is read."""
     if getattr(args, "hole_timeout", None) is not None and args.appends == LOCKED_APPENDS:
         parser.error("--hole-timeout applies to --appends reserve only (locked appends leave no holes)")
+    if args.command == "torture" and args.groups > args.consumers:
+        parser.error(
+            f"--groups {args.groups} needs at least {args.groups} consumers (consumer i is a node of group"
+            f" i % {args.groups}): a group with no consumer acks nothing, so the queue stops taking"
+            " entries once full and the run tests nothing past it"
+        )
     try:
         if args.command == "demo":
             _demo(args.url)

@@ -180,6 +180,15 @@ def test_a_hole_timeout_is_refused_for_locked_appends_and_kept_for_reserving_one
     assert Queue.open(place.connect(), other).hole_timeout == 5
 
 
+def test_torture_refuses_a_group_without_a_consumer(capsys: pytest.CaptureFixture[str]) -> None:
+    # consumer i is a node of group i % N: with more groups than consumers one group never acks,
+    # and the run stalls once the queue is full while its checker finds nothing wrong
+    with pytest.raises(SystemExit) as exit_:
+        main(["torture", "--groups", "3", "--consumers", "2", "--duration", "1"])
+    assert exit_.value.code == 2
+    assert "--groups 3 needs at least 3 consumers" in capsys.readouterr().err
+
+
 def test_peek_prints_entries_from_an_offset_one_line_each_and_takes_none(
     place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:

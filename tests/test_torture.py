@@ -141,6 +141,35 @@ def test_a_run_that_acknowledged_nothing_or_injected_no_fault_asked_for_proves_n
     assert TortureReport(
         operations=20, pauses=0, kills=0, parked_kills=1, verdict=verdict(10), faults_asked=True
     ).ok
+    # producers went on for 50 s with nothing acknowledged: the queue stopped taking entries
+    stuck = TortureReport(
+        operations=20, pauses=1, kills=1, verdict=verdict(10), stalled=50.0, stall_limit=15.0
+    )
+    assert not stuck.ok and any(
+        line.startswith("stalled: no enqueue was acknowledged for 50.0 s") for line in stuck.lines()
+    )
+    assert TortureReport(
+        operations=20, pauses=1, kills=1, verdict=verdict(10), stalled=2.0, stall_limit=15.0
+    ).ok
+
+
+def test_the_longest_stall_is_the_longest_time_producers_went_on_with_nothing_acknowledged() -> None:
+    from large_queue._history import Call
+    from large_queue._torture import _longest_stall
+
+    def enqueue(invoked: float, completed: float | None, outcome: str | None) -> Call:
+        return Call("p0", "enqueue", invoked, {}, outcome, completed)
+
+    calls = [
+        enqueue(1.0, 1.1, "ok"),
+        enqueue(1.2, 1.3, "ok"),
+        enqueue(2.0, 2.1, "fail"),  # refused (a full queue, say): not an acknowledgement
+        Call("c0", "dequeue", 3.0, {}, "ok", 30.0),  # not an enqueue
+        enqueue(9.0, None, None),  # killed: the last invoke still counts as producers running
+    ]
+    assert _longest_stall(calls) == pytest.approx(9.0 - 1.3)
+    assert _longest_stall([enqueue(5.0, 5.1, "ok")]) == pytest.approx(0.1)
+    assert _longest_stall([]) == 0.0
 
 
 def _parked_producer(path: str, go: str) -> None:

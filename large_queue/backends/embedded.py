@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import msgspec
-
 try:
     import fcntl
 except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
@@ -38,7 +36,7 @@ except ImportError:  # not POSIX: SQLite's busy handler alone serialises writers
 
 from large_queue import errors
 from large_queue._frozen import frozen
-from large_queue._msgpack import pack, unpack
+from large_queue._msgpack import pack
 from large_queue.backends._base import (
     MISUSE,
     READ_OPERATIONS,
@@ -57,6 +55,8 @@ from large_queue.backends._base import (
     misuse,
 )
 from large_queue.backends._embedded_bins import apply, fail
+from large_queue.backends._embedded_decode import RecordDecoder
+from large_queue.backends._embedded_decode import unpack_record as _unpack
 from large_queue.backends._embedded_file import file_id, let_go, open_connection
 from large_queue.backends._transactions import Group, StaleSnapshot, Transaction, open_group, store_file_error
 from large_queue.backends.conditions import Clock, Condition, evaluate
@@ -105,20 +105,6 @@ _LAST_GENERATION = 0xFFFF
 def _after(generation: int) -> int:
     """The generation a write gives a record at ``generation``: as Aerospike, 65535 is followed by 1."""
     return generation + 1 if generation < _LAST_GENERATION else 1
-
-
-def _unpack(blob: bytes, where: tuple[str, str, str]) -> dict[str, Any]:
-    """The bins stored for the record ``where`` (namespace, set, key)."""
-    try:
-        result = unpack(blob)
-    except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
-        problem = f"damaged data that cannot be read: {exc}"
-    else:
-        if isinstance(result, dict):
-            return result
-        problem = f"{type(result).__name__} where its bins should be"
-    raise errors.CorruptRecordError(f"record {'/'.join(where)} holds {problem}", code=-1, key=where)
-    return result
 
 
 class EmbeddedBackend(Backend):
@@ -178,6 +164,7 @@ class EmbeddedBackend(Backend):
         self._pid = -1
         self._file_id: tuple[int, int] | None = None  # device and inode of the file the connection opened
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
+        self._decoder = RecordDecoder()
         self._good_bins: set[str] = set()  # bin names already found valid (a queue uses a dozen)
         #: the group of commands open, seen only by the thread holding _lock (see _transactions.open_group)
         self._group_ref: weakref.ref[Group] | None = None
@@ -355,10 +342,14 @@ class EmbeddedBackend(Backend):
     # --- storage primitives ----------------------------------------------------
 
     def _load(
-        self, conn: sqlite3.Connection, key: RecordKey
+        self,
+        conn: sqlite3.Connection,
+        key: RecordKey,
+        command: tuple[Sequence[Operation], Condition | None] | None = None,
     ) -> tuple[dict[str, Any], int, int, int, int | None] | None:
         """A record's bins, generation, last update (ns), stored size (bytes) and expiry (ns, None:
-        never); None if there is none."""
+        never); None if there is none. ``command``: the operations and condition it is read for, where
+        large bins they do not name may stay encoded (:mod:`._embedded_decode`)."""
         row = conn.execute(
             "SELECT bins, generation, updated_ns, expires_ns FROM records"
             " WHERE namespace=? AND set_name=? AND user_key=?",
@@ -369,7 +360,7 @@ class EmbeddedBackend(Backend):
         if row[3] is not None and row[3] <= self.clock():
             return None
         return (
-            _unpack(row[0], (key.namespace, key.set_name, key.user_key)),
+            self._decoder.decode(row[0], key, command),
             row[1],
             row[2],
             len(row[0]),
@@ -578,7 +569,7 @@ class EmbeddedBackend(Backend):
         # offsets) would otherwise read again and again.
         transaction = self._transaction(write=writes and not optimistic)
         with transaction as conn:
-            loaded = self._load(conn, key)
+            loaded = self._load(conn, key, (operations, condition))
             if loaded is None:
                 raise fail(errors.RecordNotFoundError, f"record {key.set_name}/{key.user_key} not found")
             bins, current_generation, updated_ns, stored_size, expires_ns = loaded

@@ -84,6 +84,8 @@ def named_bins(operations: Sequence[Operation], condition: Condition | None) -> 
 
 def _named(node: Any) -> frozenset[str]:
     """The bins a condition or expression tree names (remembered per tree: templates are built once)."""
+    if type(node) in (str, int):  # a plain value (a log's key, say): no bin, and nothing to remember
+        return frozenset()
     known = _NAMED.get(id(node))
     if known is not None and known[0] is node:
         return known[1]

@@ -269,6 +269,24 @@ def test_entries_overwritten_below_the_tail_an_owner_saw_are_counted_lost(store:
     assert queue.group("g").lost == 2
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_loss_found_over_several_passes_names_all_its_offsets(store: Store, grouped: bool) -> None:
+    """An entry held in flight and the run after it, both overwritten: found in two passes, said once."""
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    queue.enqueue_batch(range(10))
+    if grouped:
+        queue.create_group("g")
+    with queue.consumer("a", group="g" if grouped else None, on_data_loss="fail", **FAST) as consumer:
+        got = receive_all(consumer, 4)
+        consumer.ack(got[:3])  # 0..2 acked, 3 still held
+        queue.enqueue_batch(range(10, 17), overwrite_if_full=True)  # drops 0..6
+        with pytest.raises(DataLossError) as raised:
+            consumer.receive(3, timeout=1.0)
+        assert (raised.value.count, raised.value.lost) == (4, range(3, 7))  # type: ignore[attr-defined]
+        assert "offsets 3..6" in str(raised.value)
+        assert [m.value for m in receive_all(consumer, 10)] == [7, 8, 9, *range(10, 17)]
+
+
 def test_a_waiting_dequeue_returns_when_an_entry_is_published(store: Store) -> None:
     queue = store.new_queue()
     started = time.monotonic()

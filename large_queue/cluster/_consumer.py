@@ -493,16 +493,16 @@ class Consumer(Turns):
         """One delivery as owner: read and commit (one group), then what may wait on the lock or others."""
         commits = self._commits
         lost = self._lost
-        lost_from: int | None = None
+        lost_in: range | None = None
         for _ in range(_SKIMS_AT_ONCE):
             losing = self._lost
             with self.queue.backend.grouped():  # reads and commit: one transaction where groups are
                 delivered = self._deliver(max_entries, auto_ack)
-            if self._lost != losing:  # the passes' losses, said as one (they follow each other)
-                lost_from = (
-                    self._lost_range.start if lost_from is None else min(lost_from, self._lost_range.start)
-                )
-                self._lost_range = range(lost_from, self._lost_range.stop)
+            if self._lost != losing:  # the passes' losses, said as one (from the first to the last offset)
+                found = self._lost_range
+                if lost_in is not None:
+                    found = range(min(lost_in.start, found.start), max(lost_in.stop, found.stop))
+                lost_in = self._lost_range = found
             if delivered or not self._skimming or not self._owning:  # (a commit in doubt: not owning)
                 break
         if self._dying:

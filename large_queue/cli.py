@@ -601,14 +601,23 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
                 if args.create is not None:  # every argument refused before anything changes
                     check_new_group(args.create)
+                listed = queue.current_metadata().groups
                 if args.delete is not None:
                     check_group(args.delete)
-                    if args.delete != args.create and args.delete not in queue.current_metadata().groups:
-                        raise errors.InvalidArgumentError(
-                            f"queue {queue.name!r} has no consumer group {args.delete!r}"
+                    if args.delete != args.create and args.delete not in listed:
+                        raise errors.GroupNotFoundError(
+                            f"queue {queue.name!r} has no consumer group {args.delete!r}", queue=queue.name
                         )
                 if args.seek is not None:
                     check_seek(queue, args.seek, target)
+                    if args.seek == args.delete:
+                        raise errors.InvalidArgumentError(
+                            f"--seek {args.seek!r} moves a group that --delete deletes: give one of them"
+                        )
+                    if args.seek != args.create and args.seek not in listed:
+                        raise errors.GroupNotFoundError(
+                            f"queue {queue.name!r} has no consumer group {args.seek!r}", queue=queue.name
+                        )
                 if args.create is not None:
                     _print({"created": queue.create_group(args.create)})
                 if args.delete is not None:

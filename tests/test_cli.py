@@ -270,9 +270,20 @@ def test_deleting_what_is_not_there_fails_unless_asked_not_to(
     capsys.readouterr()
     assert main(["--url", place.url, "groups", name, "--create", "b", "--delete", "typo"]) == 1
     assert capsys.readouterr().err == (
-        f"large-queue: InvalidArgumentError: queue {name!r} has no consumer group 'typo'\n"
+        f"large-queue: GroupNotFoundError: queue {name!r} has no consumer group 'typo'\n"
     )
     assert [g.name for g in Queue.open(place.connect(), name).groups()] == ["a"]  # b not made either
+    # a seek of a group the same command deletes, or of none, is refused before anything changes
+    assert main(["--url", place.url, "groups", name, "--delete", "a", "--seek", "a", "--to", "head"]) == 1
+    assert "InvalidArgumentError: --seek 'a' moves a group that --delete deletes" in capsys.readouterr().err
+    assert main(["--url", place.url, "groups", name, "--create", "c", "--seek", "typo", "--to", "head"]) == 1
+    assert capsys.readouterr().err == (
+        f"large-queue: GroupNotFoundError: queue {name!r} has no consumer group 'typo'\n"
+    )
+    assert [g.name for g in Queue.open(place.connect(), name).groups()] == ["a"]
+    assert main(["--url", place.url, "groups", name, "--create", "c", "--seek", "c", "--to", "tail"]) == 0
+    assert [g.name for g in Queue.open(place.connect(), name).groups()] == ["a", "c"]
+    capsys.readouterr()
     assert main(["--url", place.url, "delete", name]) == 0
     assert json.loads(_out(capsys)) == {"deleted": True}
 

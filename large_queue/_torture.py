@@ -470,11 +470,12 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
         holding = not config.groups and _commands_alone(store)
         faults = _inject_faults(config, rng, workers, start, killed, deadline, log, holding=holding)
     except BaseException:  # Ctrl-C, say: no worker outlives the run, and the queue goes
-        for _, _, process in workers.values():
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
-            process.join()
-        Queue.delete(store, name)
+        with _deaf_to_interrupts():  # a second Ctrl-C must not cut this short (and leave the queue)
+            for _, _, process in workers.values():
+                if process.is_alive():
+                    os.kill(process.pid, signal.SIGKILL)
+                process.join()
+            Queue.delete(store, name)
         raise
     hung = []
     for tag, (_, _, process) in workers.items():
@@ -531,6 +532,19 @@ def _run(config: TortureConfig, histories: Path, log: Any) -> TortureReport:
     for line in report.lines():
         log(line)
     return report
+
+
+@contextlib.contextmanager
+def _deaf_to_interrupts() -> Iterator[None]:
+    """SIGINT ignored inside (in the main thread; elsewhere signals cannot be set, nor arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _longest_stall(calls: list[Call]) -> float:

@@ -97,11 +97,16 @@ def test_torture_says_how_it_goes_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     first = run_.stdout.readline()  # a progress line, after 5 s of load
     assert "pauses" in first and "workers running" in first, first
     os.killpg(run_.pid, signal.SIGINT)
+    time.sleep(0.01)
+    os.killpg(run_.pid, signal.SIGINT)  # pressed twice: the clean-up is not cut short
     _, err = run_.communicate(timeout=max(1, deadline - time.monotonic()))
     assert run_.returncode == 130
     assert err.strip().splitlines() == [
         "large-queue: torture interrupted; its workers were stopped and its queue deleted"
     ], err
+    from large_queue import Queue, connect
+
+    assert Queue.names(connect(f"embedded://{tmp_path}/t.db")) == []
 
 
 def test_a_worker_ended_by_an_error_fails_the_run_whatever_the_history_says() -> None:

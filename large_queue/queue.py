@@ -743,6 +743,12 @@ class Queue:
             except errors.CorruptQueueError as exc:  # a damaged buffer record: what is known settled
                 damaged = f"{exc} (large-queue check {self.name} names what is lost)"
                 tail = max(metadata.head, metadata.published)
+        groups: list[GroupInfo] = []
+        if metadata.groups:
+            from large_queue.cluster import _groups
+
+            groups, damaged_groups = _groups.describe_listed(self, metadata.groups, tail, metadata.head)
+            damaged = damaged or damaged_groups
         return QueueInfo(
             name=self.name,
             namespace=self.keys.metadata_namespace,
@@ -761,16 +767,9 @@ class Queue:
             reserved_tail=metadata.tail,
             hole_timeout=metadata.hole_timeout_ms / 1000 if self.reserved else None,
             max_age=metadata.max_age_ms / 1000 if metadata.max_age_ms is not None else None,
-            groups=tuple(self._describe_groups(metadata, tail)),
+            groups=tuple(groups),
             damaged=damaged,
         )
-
-    def _describe_groups(self, metadata: rec.Metadata, tail: int) -> list[GroupInfo]:
-        if not metadata.groups:
-            return []
-        from large_queue.cluster import _groups
-
-        return _groups.describe_listed(self, metadata.groups, tail, metadata.head)
 
     def published_tail(self, *, close_overdue: bool = False) -> tuple[int, int]:
         """``(head, end of the published prefix)`` now: what a reader may read.

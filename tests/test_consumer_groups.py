@@ -587,3 +587,51 @@ def test_a_queues_first_group_costs_one_round_trip_more_than_the_next(store: Sto
         assert queue.create_group(name) is True
         costs.append(store.backend.commands - before)
     assert costs == [6, 5]  # the first also reads the ungrouped owner record
+
+
+def test_a_group_left_listed_without_its_records_is_damage_that_info_names(place: Place) -> None:
+    """A delete cut short after removing a group's records leaves it listed, holding the head: info
+    says so (the CLI's info and stats then exit 1) instead of showing a full queue whose groups all acked."""
+    from large_queue.cli import main
+
+    backend = place.connect()
+    queue = Queue.create(backend, place.name("q"), capacity=10, slots_per_record=5)
+    queue.enqueue_batch(list(range(10)))
+    queue.create_group("g")
+    queue.create_group("h")
+    with queue.consumer("a", group="h", **FAST) as consumer:
+        consumer.ack(receive_all(consumer, 10))
+    backend.remove(queue.keys.group("g").owner)  # what a delete removes first
+    with pytest.raises(QueueFullError):
+        queue.enqueue(10)
+    info = queue.info()
+    assert [g.name for g in info.groups] == ["h"]
+    assert info.damaged is not None and "consumer group 'g' is listed without its records" in info.damaged
+    assert main(["--url", place.url, "info", queue.name]) == 1
+    # while the queue lock is held (a delete under way holds it), it is passed over as before
+    grant = queue.lock.acquire("deleter")
+    assert queue.info().damaged is None
+    queue.lock.release(grant)
+    assert queue.delete_group("g")
+    assert queue.info().damaged is None
+    queue.enqueue(10)  # the head follows h again
+    Queue.delete(backend, queue.name)
+
+
+def test_deleting_the_slowest_group_frees_the_room_it_held(store: Store) -> None:
+    """The other group had acked everything: its consumer moves the head only after further acks,
+    which a full queue never gets, so the delete moves it."""
+    queue = store.new_queue(capacity=10, slots_per_record=5)
+    queue.enqueue_batch(list(range(10)))
+    queue.create_group("slow")
+    queue.create_group("done")
+    with queue.consumer("a", group="done", **FAST) as consumer:
+        held = receive_all(consumer, 8)
+        consumer.ack(held[:6])  # 6 and 7 still in flight
+        with pytest.raises(QueueFullError):
+            queue.enqueue(10)
+        assert queue.delete_group("slow")
+        assert queue.info().head_offset == 6  # up to what "done" acked, not past its in-flight 6 and 7
+        assert queue.enqueue_batch([10, 11, 12, 13, 14, 15]) == range(10, 16)
+        consumer.ack(held[6:])
+        assert [m.value for m in receive_all(consumer, 8)] == [8, 9, 10, 11, 12, 13, 14, 15]

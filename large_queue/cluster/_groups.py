@@ -173,8 +173,11 @@ def create(queue: Queue, name: str) -> bool:
 def delete(queue: Queue, name: str) -> bool:
     """Delete group ``name`` and its records; False if there is no such group.
 
-    The head then follows the remaining groups; with none left, the queue
-    may be dequeued directly again. The records go while the lock is held
+    The head then follows the remaining groups: the commit that unlists the
+    group moves it up to where they have all acked (one more read), since
+    their consumers move it only after further acks, which a queue the
+    deleted group kept full would never get. With none left, the queue may
+    be dequeued directly again. The records go while the lock is held
     (renewed first), before the commit that unlists the group: removed after
     the lock's release, they could be another process's group of the same
     name, created in between, leaving it listed with no records.
@@ -193,7 +196,14 @@ def delete(queue: Queue, name: str) -> bool:
                 remaining = [g for g in grant.groups if g != name]
                 if not remaining:
                     _restart_ungrouped_cursor(queue, grant.head)
-                queue.lock.commit(grant, groups=remaining)
+                    queue.lock.commit(grant, groups=remaining)
+                    return True
+                head = min(acked_floor(queue, tuple(remaining), grant.head), grant.tail)
+                if head > grant.head:  # (a seek may have moved a cursor past unpublished offsets)
+                    skipped = head if queue.marked else None
+                    queue.lock.commit(grant, groups=remaining, head=head, skipped_to=skipped)
+                else:
+                    queue.lock.commit(grant, groups=remaining)
             return True
         except errors.LockLostError:
             if not removed:
@@ -263,18 +273,35 @@ def describe_all(queue: Queue, *, timeout: float = 10.0) -> list[GroupInfo]:
     return list(queue.info().groups)
 
 
-def describe_listed(queue: Queue, names: tuple[str, ...], tail: int, head: int) -> list[GroupInfo]:
-    """The groups ``names`` (as the metadata record lists them) described at ``tail`` and ``head``.
+def describe_listed(
+    queue: Queue, names: tuple[str, ...], tail: int, head: int
+) -> tuple[list[GroupInfo], str | None]:
+    """The groups ``names`` (as the metadata record lists them) described at ``tail`` and ``head``,
+    and what is damaged if one is listed without its records.
 
     A group whose records are gone is passed over: a delete of it is under
-    way, which removes its records before it takes it off the list (one
-    left listed for good is damage, which ``large-queue check`` reports).
+    way, which removes its records holding the queue lock before it takes
+    it off the list. One still listed when the metadata is read again with
+    the lock free was left by a delete cut short: that is damage, since it
+    holds the queue's head where it had got to.
     """
     described = []
+    missing = []
     for name in names:
-        with contextlib.suppress(errors.GroupNotFoundError):
+        try:
             described.append(describe_at(queue, name, tail, head))
-    return described
+        except errors.GroupNotFoundError:
+            missing.append(name)
+    if missing:
+        again = queue.current_metadata()
+        left = [name for name in missing if name in again.groups]
+        if left and not again.lock_owner:
+            return described, (
+                f"consumer group {left[0]!r} is listed without its records (a delete of it cut short):"
+                f" it holds the queue's head where it had got to (large-queue groups {queue.name}"
+                f" --delete {left[0]})"
+            )
+    return described, None
 
 
 def describe_at(queue: Queue, name: str, tail: int, head: int, *, timeout: float = 10.0) -> GroupInfo:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from large_queue import _records as rec
 from large_queue import errors
-from large_queue.appends import slot_writes
+from large_queue.appends._slots import slot_writes
 from large_queue.backends import ListGetRange, Operation, RecordKey
 from large_queue.backends.conditions import Condition
 from large_queue.fencing import mark, no_newer_writer, same_queue

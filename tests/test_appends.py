@@ -270,10 +270,10 @@ def test_a_batch_sends_the_records_before_its_last_together_and_settles_each(sto
 def test_records_sent_together_are_cut_into_commands_of_bounded_size(
     store: Store, monkeypatch: pytest.MonkeyPatch, encoding: str
 ) -> None:
-    import large_queue.appends
+    from large_queue.appends import _slots
 
     # Aerospike's client refuses a batch command past about 128 MiB: here the bound is 300 bytes
-    monkeypatch.setattr(large_queue.appends, "MOST_BYTES_TOGETHER", 300)
+    monkeypatch.setattr(_slots, "MOST_BYTES_TOGETHER", 300)
     queue, _ = reserving(store, capacity=40, slots_per_record=3, encoding=encoding)
     together = SentTogether(store.backend)
     queue = Queue.open(together, queue.name)

@@ -20,6 +20,7 @@ from large_queue import (
 )
 from large_queue import _records as rec
 from large_queue.appends import ATTEMPTS
+from large_queue.backends._delegating import Delegating
 from large_queue.backends.faults import FaultInjectingBackend
 from large_queue.errors import BackendTimeoutError, ConditionNotMetError
 from tests.fix_backends import Store
@@ -522,3 +523,40 @@ def test_a_forked_child_draws_its_own_default_txn_ids() -> None:
     mine = _txn.txn_id(None)
     assert child and child != mine
     assert child.rsplit("-", 1)[0] != mine.rsplit("-", 1)[0]  # another process id
+
+
+class _PausedBeforeRecord(Delegating):
+    """Stops the first command on buffer record ``record`` for ``seconds`` before sending it."""
+
+    def __init__(self, inner: Any, record: str, seconds: float) -> None:
+        super().__init__(inner)
+        self.record, self.seconds, self.armed = record, seconds, True
+
+    def relay(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        key = args[0] if args else None
+        if self.armed and method != "get" and getattr(key, "user_key", None) == self.record:
+            self.armed = False
+            time.sleep(self.seconds)
+        return super().relay(method, *args, **kwargs)
+
+
+def test_a_call_made_at_once_with_the_same_txn_id_and_other_entries_cannot_tear_the_batch(
+    store: Store,
+) -> None:
+    """A publishes the first record of its batch and pauses before the second; B, with A's txn id and
+    other entries, finds the reservation pending. B must not publish the rest over A's part: readers
+    would see a batch that is neither call's, and both would be told it was enqueued."""
+    name = store.new_queue(capacity=100, slots_per_record=10).name
+    paused = Queue.open(_PausedBeforeRecord(store.backend, "queue-buffer-1", 1.0), name)
+    queue = Queue.open(store.backend, name)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(paused.enqueue_batch, [f"a{n}" for n in range(12)], txn_id="t")
+        time.sleep(0.3)
+        try:
+            second: range | None = queue.enqueue_batch([f"b{n}" for n in range(12)], txn_id="t")
+        except InvalidArgumentError as exc:  # Aerospike: B found A's entries where it would publish
+            assert "another call made with the same txn id" in str(exc)
+            second = None
+        assert first.result() == range(12)
+    assert second in (None, range(12))  # the embedded store: B waited for A's append, then answered
+    assert [entry.value for entry in queue.dequeue_batch(100)] == [f"a{n}" for n in range(12)]

@@ -75,32 +75,36 @@ from large_queue import _records as rec
 from large_queue import errors
 from large_queue._msgpack import pack
 from large_queue._stats import Counters
+from large_queue.appends._slots import (
+    SAME_QUEUE,
+    SlotPut,
+    SlotRun,
+    by_size,
+    entries_of,
+    pairs,
+    slot_writes,
+    slots_below,
+    tombstone,
+)
 from large_queue.backends import (
     Backend,
     Compute,
     Evaluate,
     Increment,
     ListGetRange,
-    ListSet,
-    ListSetRange,
     LogPut,
     Operation,
     Read,
     Record,
-    Write,
 )
 from large_queue.backends.conditions import (
     And,
     Bound,
     Condition,
     IntBin,
-    ListRangeMax,
     Param,
-    StrBin,
     all_of,
-    eq,
     le,
-    lt,
     max_of,
     sub,
 )
@@ -129,104 +133,12 @@ class Duplicate(Exception):
         self.receipt = receipt
 
 
-_SAME_QUEUE = eq(StrBin(rec.INCARNATION), Param("incarnation"))
 #: at least ``count`` slots are free: tail - head <= capacity - count
-_ROOM = all_of(_SAME_QUEUE, le(sub(IntBin(rec.TAIL), IntBin(rec.HEAD)), Param("room")))
+_ROOM = all_of(SAME_QUEUE, le(sub(IntBin(rec.TAIL), IntBin(rec.HEAD)), Param("room")))
 #: after the tail moved: the head, moved past what the new tail pushes out of the buffer
 _PAST_OLDEST = max_of(IntBin(rec.HEAD), sub(IntBin(rec.TAIL), Param("capacity")))
 #: format 4: how far an overwriting reservation may have skipped unpublished offsets
 _SKIPPED_PAST_OLDEST = max_of(IntBin(rec.SKIPPED_TO), sub(IntBin(rec.TAIL), Param("capacity")))
-
-
-@functools.lru_cache(maxsize=16)
-def _runs_below(count: int) -> And:
-    """Template: the queue is the one opened, and for each run k of slots (from ``i<k>``, ``n<k>``
-    of them) every slot holds an offset below ``o<k>``, the run's first offset.
-
-    One comparison a run, whatever its length: the greatest slot of the run
-    (slots compare by their leading offset) must hold an offset below the
-    run's first. In every state a slot can be in, that is the same as each
-    slot holding an offset below its own: an older lap's entry or tombstone
-    lies a whole capacity below, an empty slot holds -1, and a tombstone or
-    entry of this lap (or a later one) holds at least the run's first offset.
-    """
-    return all_of(
-        _SAME_QUEUE,
-        *(lt(ListRangeMax(rec.SLOTS, Param(f"i{k}"), Param(f"n{k}")), Param(f"o{k}")) for k in range(count)),
-    )
-
-
-class SlotRun(NamedTuple):
-    """``length`` consecutive slots of one buffer record from ``slot``, for offsets from ``offset``."""
-
-    slot: int
-    length: int
-    offset: int
-
-
-class SlotPut(NamedTuple):
-    """A write of one buffer record's slots: its operations, and the runs of slots its guard covers."""
-
-    record: int
-    writes: list[Operation]
-    slots: list[SlotRun]
-
-
-#: the most bytes of entries sent in one command on several records: Aerospike's client refuses a
-#: batch command of more than about 128 MiB before sending it (a batch of 2,000 entries of 75 KB)
-MOST_BYTES_TOGETHER = 64 * 1024 * 1024
-
-
-def _by_size(puts: list[SlotPut]) -> list[list[SlotPut]]:
-    """``puts`` in order, cut into runs whose entries come to at most :data:`MOST_BYTES_TOGETHER`.
-
-    A stored entry (msgpack or JSON) is its bytes; a native one is sized by
-    its msgpack encoding. A record's writes are never cut: a record holds at
-    most 8 MiB.
-    """
-    runs: list[list[SlotPut]] = [[]]
-    size = 0
-    for put in puts:
-        bytes_of_put = sum(_bytes_of(write) for write in put.writes)
-        if runs[-1] and size + bytes_of_put > MOST_BYTES_TOGETHER:
-            runs.append([])
-            size = 0
-        runs[-1].append(put)
-        size += bytes_of_put
-    return runs
-
-
-def _bytes_of(write: Operation) -> int:
-    """About how many bytes the entries of one slot write hold."""
-    if isinstance(write, ListSetRange):
-        slots = write.values
-    elif isinstance(write, ListSet):
-        slots = [write.value]
-    else:  # a whole record's slots
-        slots = write.value if isinstance(write, Write) and isinstance(write.value, list) else []
-    total = 0
-    for slot in slots:
-        value = slot[1] if isinstance(slot, list) and len(slot) > 1 else slot
-        total += len(value) if type(value) is bytes else len(pack(value))
-    return total
-
-
-def pairs(runs: Sequence[SlotRun]) -> list[tuple[int, int]]:
-    """The ``(slot index, offset)`` of every slot of ``runs``, in order."""
-    return [(run.slot + k, run.offset + k) for run in runs for k in range(run.length)]
-
-
-def slots_below(incarnation: str, runs: Sequence[SlotRun]) -> Condition:
-    """Guard: each slot of ``runs`` holds an offset below its own (another lap's, or none).
-
-    Each run is one comparison.
-    """
-    values: dict[str, int | str] = {"incarnation": incarnation}
-    for k, (index, count, offset) in enumerate(runs):
-        values[f"i{k}"] = index
-        values[f"n{k}"] = count
-        values[f"o{k}"] = offset
-    return Bound(_runs_below(len(runs)), values)
 
 
 #: the result under which an overwriting reservation reads the head it found, and the operation
@@ -286,24 +198,6 @@ def _both(first: Condition, second: Condition) -> And:
     return all_of(first, second)
 
 
-def slot_writes(first_slot: int, slots: list[Any], slots_per_record: int) -> Operation:
-    """The operation that sets a run of slots: the whole bin when the run is the whole record.
-
-    A single slot is one list operation (a range is two on Aerospike: remove
-    and insert); a whole record spares Aerospike a list edit.
-    """
-    if first_slot == 0 and len(slots) == slots_per_record:
-        return Write(rec.SLOTS, slots)
-    if len(slots) == 1:
-        return ListSet(rec.SLOTS, first_slot, slots[0])
-    return ListSetRange(rec.SLOTS, first_slot, slots)
-
-
-def tombstone(offset: int) -> list[int]:
-    """The slot of a closed reservation: nothing of ``offset`` may be published there."""
-    return [offset]
-
-
 class Appender:
     """Reserve and publish for one queue handle (see the module's timeline)."""
 
@@ -350,7 +244,7 @@ class Appender:
         capacity = self.shape.capacity
         if receipt is not None:
             values = {"incarnation": self.incarnation, "room": capacity - count, **receipt.guard.values}
-            guard_both = Bound(_both(_SAME_QUEUE if overwrite else _ROOM, receipt.guard.template), values)
+            guard_both = Bound(_both(SAME_QUEUE if overwrite else _ROOM, receipt.guard.template), values)
             operations = (*_reserving(count, capacity if overwrite else None, self.marked), receipt.put)
             send: Callable[[], dict[str, Any]] = functools.partial(
                 self.backend.operate, self.keys.metadata, operations, condition=guard_both
@@ -365,7 +259,7 @@ class Appender:
         else:
             operations = _reserving(count, capacity if overwrite else None, self.marked)
             if overwrite:
-                guard: Condition = Bound(_SAME_QUEUE, {"incarnation": self.incarnation})
+                guard: Condition = Bound(SAME_QUEUE, {"incarnation": self.incarnation})
             else:
                 guard = Bound(_ROOM, {"incarnation": self.incarnation, "room": capacity - count})
             send = functools.partial(self.backend.operate, self.keys.metadata, operations, condition=guard)
@@ -552,7 +446,7 @@ class Appender:
                 self._put_slots(put, published=True, repeat=repeat)
             return
         failures: list[errors.LargeQueueError] = []
-        outcomes = [outcome for together in _by_size(puts) for outcome in self._send(together)]
+        outcomes = [outcome for together in by_size(puts) for outcome in self._send(together)]
         for put, outcome in zip(puts, outcomes, strict=True):
             try:
                 self._put_slots(put, published=True, repeat=repeat, outcome=outcome)
@@ -661,7 +555,8 @@ class Appender:
                 if not published:
                     raise failure
                 try:
-                    if (timed_out or repeat) and self._holds_entries(put.record, pairs(put.slots)):
+                    mine = entries_of(put) if repeat else None
+                    if (timed_out or repeat) and self._holds_entries(put.record, pairs(put.slots), mine):
                         return  # the timed-out attempt (or the txn's earlier call) was applied
                     closed = self._closed(put.record, pairs(put.slots), timed_out=timed_out)
                 except errors.BackendError as exc:  # its slots could not be read to tell
@@ -722,12 +617,43 @@ class Appender:
         """True if ``offset``'s slot holds its published entry (one command)."""
         return self._holds_entries(self.shape.record_of(offset), [(self.shape.slot_of(offset), offset)])
 
-    def _holds_entries(self, record: int, slots: list[tuple[int, int]]) -> bool:
+    def _holds_entries(
+        self, record: int, slots: list[tuple[int, int]], mine: dict[int, Any] | None = None
+    ) -> bool:
+        """Whether the slots hold their offsets' published entries (one command).
+
+        ``mine``: the entries this call publishes, by offset. Slots that hold
+        other entries were published by another call with the same txn id
+        and other entries: ``InvalidArgumentError``, so that neither call
+        publishes the rest of the batch over the other's part of it::
+
+            t=0  A (txn "t", entries a0..a11) reserves 0..11 and publishes
+                 buffer record 0 (a0..a9); it pauses before record 1.
+            t=1  B (txn "t", entries b0..b11) finds the reservation pending
+                 and publishes it: record 0 is refused (published), and its
+                 slots hold a0..a9, not b0..b9: B raises, having written
+                 nothing. Had it gone on to record 1, readers would see
+                 a0..a9 and b10..b11, and both calls would return 0..11.
+            t=2  A resumes and publishes record 1: the batch is A's, whole.
+        """
         got = self._read_slots(record, slots)
-        return all(
+        held = all(
             isinstance(slot, list) and len(slot) >= 3 and slot[0] == offset
             for slot, (_, offset) in zip(got, slots, strict=False)
         ) and len(got) == len(slots)
+        if held and mine is not None:
+            others = [
+                offset
+                for slot, (_, offset) in zip(got, slots, strict=True)
+                if slot[1] != mine[offset] and pack(slot[1]) != pack(mine[offset])  # (NaN != NaN)
+            ]
+            if others:
+                raise errors.InvalidArgumentError(
+                    f"offsets {others[0]}..{others[-1]} of queue {self.keys.name!r} hold the entries of"
+                    " another call made with the same txn id, and other entries: a txn id names one call,"
+                    " made again only with the same entries (nothing of this call was written)"
+                )
+        return held
 
     def _closed(
         self, record: int, slots: list[tuple[int, int]], *, timed_out: bool

@@ -83,9 +83,12 @@ producer may hold up to one entry more than ``max_pending`` per sending
 thread. A send that races ``close`` either gets a future that resolves or
 raises ``InvalidArgumentError``, as a send after ``close`` does.
 Futures' callbacks run in the producer's thread (one added to a future
-already resolved runs at once, in the caller's): they must not block, nor
-send to a full producer, flush it or close it; one that raises (even
-``sys.exit``) is logged (logger ``large_queue``) and the others still run.
+already resolved runs at once, in the caller's): they must not block. A
+callback that flushes or closes its producer, waits for one of its futures
+not yet resolved, or sends to it while it is full, would wait for itself:
+it raises ``InvalidArgumentError`` instead. One that raises (even
+``sys.exit`` in the producer's thread) is logged (logger ``large_queue``)
+and the others still run.
 An entry is written as it is when its batch goes, so do not change it after
 sending it.
 
@@ -271,6 +274,7 @@ class OffsetFuture:
         batch = self._batch
         if batch is None or not batch.resolved.is_set():
             self._producer._check_process("the outcome of an entry it sent")
+            self._producer._check_not_own_thread("wait for an entry of")
         if batch is None:
             producer = self._producer
             with producer._taking:
@@ -283,7 +287,13 @@ class OffsetFuture:
         return batch.error
 
     def add_done_callback(self, callback: Callable[[OffsetFuture], object]) -> None:
-        """Call ``callback(future)`` when the entry's batch is resolved (at once if it is)."""
+        """Call ``callback(future)`` when the entry's batch is resolved (at once, here, if it is).
+
+        An exception it raises is logged (logger ``large_queue``), as
+        :class:`concurrent.futures.Future` does, wherever it runs.
+        """
+        if not callable(callback):
+            raise errors.InvalidArgumentError(f"a done callback is a callable, got {callback!r}")
         call = lambda: callback(self)  # noqa: E731 -- the producer thread calls it
         if not self.done():
             self._producer._check_process("the outcome of an entry it sent")
@@ -295,7 +305,10 @@ class OffsetFuture:
             if not self._taken().resolved.is_set():
                 self._taken().callbacks.append(call)
                 return
-        callback(self)
+        try:  # resolved already: run here, and what it raises is logged, as the producer thread does
+            callback(self)
+        except Exception:
+            log.exception("a callback of %r raised", self._producer)
 
     def _taken(self) -> _Batch:
         batch = self._batch
@@ -399,6 +412,7 @@ class Producer:
         """Wait while ``max_pending`` entries are unresolved; raise if closed."""
         with self._lock:
             while not self._closed and len(self._intake) >= self.max_pending - self._taken + self._resolved:
+                self._check_not_own_thread("wait for room in")  # only this thread makes room
                 self._room.wait()
             if self._closed:
                 raise errors.InvalidArgumentError(f"{self!r} is closed: it sends nothing more{self._why}")
@@ -422,6 +436,7 @@ class Producer:
         timeout = _timeout(timeout)
         if os.getpid() != self._pid:
             raise self._forked()
+        self._check_not_own_thread("flush")
         with self._lock:
             target = self._flush_upto = max(self._flush_upto, self._taken + len(self._intake))
             self._work.notify()
@@ -441,10 +456,19 @@ class Producer:
         timeout = _timeout(timeout)
         if os.getpid() != self._pid:
             return False
+        self._check_not_own_thread("close")
         with self._lock:
             self._close()
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def _check_not_own_thread(self, what: str) -> None:
+        """``InvalidArgumentError`` in a callback (the producer's thread): it would wait for itself."""
+        if threading.current_thread() is self._thread:
+            raise errors.InvalidArgumentError(
+                f"a callback of {self!r} cannot {what} it: callbacks run in its thread, which would wait"
+                " for itself (hand the work to another thread)"
+            )
 
     def _check_process(self, what: str) -> None:
         """Raise :meth:`_forked`'s error in a process forked from the producer's: ``what`` it cannot give."""

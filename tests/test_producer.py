@@ -698,6 +698,61 @@ def test_a_callback_that_raises_is_logged_and_the_others_run(
     assert "a callback of" in caplog.text and told in caplog.text
 
 
+def test_a_callback_that_would_wait_for_its_own_producer_is_refused_and_the_producer_goes_on(
+    store: Store,
+) -> None:
+    """flush, close, waiting for a later entry or for room, from a callback: each would wait for the
+    producer's own thread (a flush hung it for good, and the program with it), so each raises."""
+    queue = store.new_queue(capacity=12, slots_per_record=3, appends="reserve")
+    raised: list[BaseException] = []
+    with queue.producer(linger=NEVER, max_pending=2, max_batch=1) as producer:
+        later: list[OffsetFuture] = []
+
+        def misuse(_: OffsetFuture) -> None:
+            for call in (
+                lambda: producer.flush(),
+                lambda: producer.close(),
+                lambda: later[0].result(),
+                lambda: [producer.send("fill") for _ in range(3)],  # full at the 2nd or 3rd: waits for room
+            ):
+                try:
+                    call()
+                except InvalidArgumentError as exc:
+                    raised.append(exc)
+
+        first = producer.send("a")
+        first.add_done_callback(misuse)
+        later.append(producer.send("b"))
+        assert producer.flush(timeout=10) is True
+        assert first.result(timeout=0) == 0
+        last = producer.send("c")
+        assert producer.flush(timeout=10) is True
+        assert last.result(timeout=0) >= 1  # the producer goes on
+    assert [str(exc).split(": ")[-1] for exc in raised] == [
+        "callbacks run in its thread, which would wait for itself (hand the work to another thread)"
+    ] * 4
+    assert all("cannot" in str(exc) for exc in raised)
+
+
+def test_a_callback_added_to_a_resolved_future_runs_at_once_and_what_it_raises_is_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = store.new_queue()
+    with queue.producer(linger=NEVER) as producer:
+        future = producer.send("a")
+        assert producer.flush(timeout=10) is True
+        assert future.result(timeout=0) == 0
+        ran: list[int] = []
+        future.add_done_callback(lambda done: ran.append(done.result()))
+        future.add_done_callback(lambda _: 1 / 0)  # logged, as concurrent.futures does
+        assert ran == [0] and "ZeroDivisionError" in caplog.text
+        with pytest.raises(InvalidArgumentError, match="a done callback is a callable, got None"):
+            future.add_done_callback(None)  # type: ignore[arg-type]
+        pending = producer.send("b")
+        with pytest.raises(InvalidArgumentError, match="a done callback is a callable"):
+            pending.add_done_callback("not callable")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("timeout", [-1, "1", math.nan, math.inf, True])
 def test_bad_timeouts_are_refused_before_anything_changes(store: Store, timeout: Any) -> None:
     queue = store.new_queue()

@@ -89,8 +89,9 @@ not yet resolved, or sends to it while it is full, would wait for itself:
 it raises ``InvalidArgumentError`` instead. One that raises (even
 ``sys.exit`` in the producer's thread) is logged (logger ``large_queue``)
 and the others still run.
-An entry is written as it is when its batch goes, so do not change it after
-sending it.
+An entry is taken as it is when sent: a native queue's dict or list is
+copied then (msgpack-encoded queues encode it then), so changing it after
+``send`` changes nothing of what is written.
 
 Close the producer (or use it as a context manager). One left open lives,
 with its thread, until the program ends (its thread holds it, so it is not
@@ -125,6 +126,7 @@ from typing import TYPE_CHECKING, Any
 from large_queue import errors
 from large_queue._entries import check_entry
 from large_queue._lifecycle import flag, positive_int, seconds
+from large_queue._msgpack import pack, unpack
 from large_queue._receipts import COMMITTED, UNKNOWN
 
 if TYPE_CHECKING:
@@ -151,6 +153,8 @@ MAX_LINGER = 3600.0
 _RESOLVING = threading.Lock()
 #: seconds between the idle producer thread's looks at whether the main thread has ended
 _IDLE_CHECK_SECONDS = 0.25
+#: entries a native queue stores as they are, which a sender could change before their batch goes
+_MUTABLE = (dict, list)
 #: an alarm no number of waiting entries reaches
 _NEVER = float("inf")
 
@@ -396,6 +400,8 @@ class Producer:
         if os.getpid() != self._pid:
             raise self._forked()
         checked = check_entry(value, self._entry_limit, self._encoding)
+        if type(checked) in _MUTABLE:  # a native queue's entry, written later: as it was when checked
+            checked = unpack(pack(checked))
         intake = self._intake
         if self._closed or len(intake) >= self.max_pending - self._taken + self._resolved:
             self._wait_for_room()

@@ -635,3 +635,31 @@ def test_deleting_the_slowest_group_frees_the_room_it_held(store: Store) -> None
         assert queue.enqueue_batch([10, 11, 12, 13, 14, 15]) == range(10, 16)
         consumer.ack(held[6:])
         assert [m.value for m in receive_all(consumer, 8)] == [8, 9, 10, 11, 12, 13, 14, 15]
+
+
+def test_a_consumer_of_a_deleted_queue_does_not_take_the_group_of_the_queue_made_again(place: Place) -> None:
+    backend = place.connect()
+    name = place.name("again")
+    queue = Queue.create(backend, name, capacity=20, slots_per_record=10)
+    queue.enqueue_batch([{"old": n} for n in range(4)])
+    queue.create_group("g")
+    timing = {"timeout": 1.0, "time_slice": 30.0, "poll_interval": 0.05}
+    old = queue.consumer("a", group="g", **timing).start()
+    try:
+        old.ack(receive_all(old, 2))
+        Queue.delete(backend, name)
+        again = Queue.create(backend, name, capacity=20, slots_per_record=10)
+        again.enqueue_batch([{"new": n} for n in range(8)])
+        again.create_group("g")
+        time.sleep(1.0)  # the old consumer's watcher ticks about 20 times meanwhile
+        assert [(g.name, g.owner) for g in again.groups()] == [("g", None)]
+        with again.consumer("b", group="g", **timing) as new:
+            began = time.monotonic()
+            got = receive_all(new, 3, timeout=10)
+            assert time.monotonic() - began < 1.0  # not held up by the old consumer's slice
+            assert [m.value for m in got] == [{"new": 0}, {"new": 1}, {"new": 2}]
+        with pytest.raises(errors.QueueNotFoundError, match="created again"):
+            old.receive(1, timeout=0)
+    finally:
+        old.close()
+        Queue.delete(backend, name)

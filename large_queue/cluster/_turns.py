@@ -120,6 +120,10 @@ class Turns:
                 log.exception("node %r: ownership check failed unexpectedly", self.node_id)
 
     def _tick(self, *, starting: bool = False) -> None:
+        if isinstance(self._gone, errors.QueueNotFoundError):
+            # no heartbeat for a queue that is gone (or another now): a node that looks alive and
+            # interested would be handed the queue, and hold it up until it fell silent
+            self.queue.current_metadata()
         self.ownership.heartbeat(interested=True)
         with self._lock:
             # Read under the lock. Read before it, the state could predate a hand-over
@@ -179,9 +183,22 @@ class Turns:
                 self._become_owner(self.ownership.read())
 
     def _take(self, state: OwnerState, *, owner_gone: bool) -> int | None:
-        """Take the queue from ``state`` (see :meth:`Ownership.take`); refused while groups consume it."""
+        """Take the queue from ``state`` (see :meth:`Ownership.take`); refused while groups consume it.
+
+        The metadata is read first (takes are rare): a queue deleted and
+        created again under this consumer has owner records of the same
+        names, which this consumer's handle of the old queue must not take
+        (``QueueNotFoundError``)::
+
+            t=0  consumer A of group g on queue q; q is deleted, and made
+                 again with a group g; consumer B of the new g starts.
+            t=1  A's watcher finds the new g unowned: without this read it
+                 took it, and held it for a whole time slice while every
+                 receive of A raised; B waited for it.
+        """
+        metadata = self.queue.current_metadata()
         if self.group is None:
-            self._refuse_groups(self.queue.current_metadata().groups)
+            self._refuse_groups(metadata.groups)
         return self.ownership.take(state, owner_gone=owner_gone)
 
     def _become_owner(self, state: OwnerState) -> None:

@@ -140,7 +140,9 @@ class DataLossError(QueueError):
     Overwritten by producers that append with ``overwrite_if_full``, or
     dropped from the head for being older than the queue's ``max_age``.
 
-    ``lost`` is the range of offsets lost. The loss is recorded in the group
+    ``lost`` runs from the first offset lost to the last (entries acked
+    between them, where the losses are not one run, are not lost: ``count``
+    says how many were). The loss is recorded in the group
     (its ``lost`` count) before this is raised, so the next receive goes on
     after the lost range.
     """

@@ -560,3 +560,21 @@ def test_a_call_made_at_once_with_the_same_txn_id_and_other_entries_cannot_tear_
         assert first.result() == range(12)
     assert second in (None, range(12))  # the embedded store: B waited for A's append, then answered
     assert [entry.value for entry in queue.dequeue_batch(100)] == [f"a{n}" for n in range(12)]
+
+
+def test_a_retry_with_entries_equal_in_python_but_stored_otherwise_is_refused(store: Store) -> None:
+    """1 == 1.0 in Python, yet a native queue stores them apart: a call made again with the txn id and
+    1.0 for 1 must not finish the first call's batch with its own entries."""
+    name = store.new_queue(capacity=100, slots_per_record=10, encoding="native").name
+    faulty = FaultInjectingBackend(store.backend)
+    faulty.inject(
+        lambda call: call.is_buffer and call.key.user_key.endswith("buffer-2"), applied=False, times=50
+    )
+    with pytest.raises(OutcomeUnknownError):  # records 0 and 1 published, record 2 never
+        Queue.open(faulty, name).enqueue_batch([1] * 25, txn_id="t")
+    queue = Queue.open(store.backend, name)
+    with pytest.raises(InvalidArgumentError, match="another call made with the same txn id"):
+        queue.enqueue_batch([1.0] * 25, txn_id="t")
+    assert queue.enqueue_batch([1] * 25, txn_id="t") == range(25)  # the same call again finishes it
+    values = [entry.value for entry in queue.dequeue_batch(100)]
+    assert values == [1] * 25 and all(type(value) is int for value in values)

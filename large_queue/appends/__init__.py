@@ -635,6 +635,13 @@ class Appender:
                  nothing. Had it gone on to record 1, readers would see
                  a0..a9 and b10..b11, and both calls would return 0..11.
             t=2  A resumes and publishes record 1: the batch is A's, whole.
+
+        A batch over three records or more sends the records before its last
+        together, which Aerospike does not apply as one: A's record 0 and B's
+        record 1 may both land. Both calls then raise, neither publishes the
+        last record, and nothing of the batch shows: readers close the
+        reservation after the hole timeout, and the txn's next call enqueues
+        anew.
         """
         got = self._read_slots(record, slots)
         held = all(
@@ -645,13 +652,16 @@ class Appender:
             others = [
                 offset
                 for slot, (_, offset) in zip(got, slots, strict=True)
-                if slot[1] != mine[offset] and pack(slot[1]) != pack(mine[offset])  # (NaN != NaN)
+                if pack(slot[1]) != pack(mine[offset])  # as stored: 1 and 1.0 differ, NaN is NaN
             ]
             if others:
                 raise errors.InvalidArgumentError(
                     f"offsets {others[0]}..{others[-1]} of queue {self.keys.name!r} hold the entries of"
                     " another call made with the same txn id, and other entries: a txn id names one call,"
-                    " made again only with the same entries (nothing of this call was written)"
+                    " made again only with the same entries. This call publishes nothing more; whatever"
+                    " either call published of the batch shows only once its last record is, so none of it"
+                    " shows unless the other call finishes it (otherwise readers close the reservation"
+                    " after the hole timeout, and a call made again with the txn id then enqueues anew)"
                 )
         return held
 

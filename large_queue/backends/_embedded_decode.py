@@ -11,7 +11,9 @@ So a record larger than :data:`LAZY_BYTES` is split into its bins first
 larger than :data:`LAZY_BYTES` that no operation or condition of the
 command names stays as its bytes (``msgspec.Raw``), which the store writes
 back as they are. A bin a command names is decoded as before, so what a
-command sees and what it stores is the same either way.
+command sees and what it stores is the same either way. (A damaged bin that
+a command does not name is so written back as it was, where the command
+used to fail: whole-record reads, and ``large-queue check``, still find it.)
 
 Splitting costs a scan of the record (about 3.5 µs for an 11 KB buffer
 record, on top of 8 µs to decode it). A record whose large bins the command

@@ -998,3 +998,23 @@ def test_a_read_only_store_file_error_says_when_the_directory_is_what_cannot_be_
     assert f"its directory {shut.parent} is not writable" in said and isinstance(
         store_file_error(shut, readonly), errors.StoreFileError
     )
+
+
+def test_a_store_file_with_several_names_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """SQLite keeps the write-ahead log beside the name: two hard-linked names are two logs over one
+    file, whose writes overwrite each other (acknowledged entries lost, or the file damaged)."""
+    first = tmp_path / "a.db"
+    store = EmbeddedBackend(first)
+    queue = Queue.create(store, "q", capacity=10)
+    queue.enqueue(1)
+    os.link(first, tmp_path / "b.db")
+    with pytest.raises(errors.StoreFileError, match="has 2 names \\(hard links\\)"):
+        Queue.open(EmbeddedBackend(tmp_path / "b.db"), "q")
+    with pytest.raises(errors.StoreFileError, match="has 2 names"):  # the store already open: its next write
+        queue.enqueue(2)
+    os.unlink(tmp_path / "b.db")
+    queue.enqueue(3)
+    assert [entry.value for entry in queue.dequeue_batch(10)] == [1, 3]
+    os.symlink(first, tmp_path / "c.db")  # a symbolic link is the same name to SQLite: fine
+    assert Queue.open(EmbeddedBackend(tmp_path / "c.db"), "q").info().size == 0
+    store.close()

@@ -121,9 +121,29 @@ def let_go(inherited: sqlite3.Connection) -> None:
 
 
 def file_id(path: Path) -> tuple[int, int] | None:
-    """The device and inode of the file at ``path`` (None if there is none)."""
+    """The device and inode of the file at ``path`` (None if there is none).
+
+    ``StoreFileError`` if the file has other names (hard links): SQLite
+    keeps a file's write-ahead log, and the store its writer lock, beside
+    the name it was opened by, so processes that open one file by two names
+    each commit to a log of their own, and overwrite each other's pages::
+
+        t=0  process A opens the store as a.db, process B as b.db (a hard
+             link to it); each commits entries to its own log.
+        t=1  each log is folded into the file in turn: the file holds B's
+             pages over A's (acknowledged entries gone), or is damaged.
+
+    A symbolic link is one name: SQLite opens the file it points to.
+    """
     try:
         found = os.stat(path)
     except OSError:
         return None
+    if found.st_nlink > 1:
+        raise errors.StoreFileError(
+            f"store file {path} has {found.st_nlink} names (hard links): SQLite keeps its write-ahead log"
+            " beside each name, so processes using different names would overwrite each other's writes;"
+            " open it by one name only (a symbolic link is fine) and remove the others",
+            code=-1,
+        )
     return found.st_dev, found.st_ino

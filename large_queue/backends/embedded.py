@@ -198,10 +198,11 @@ class EmbeddedBackend(Backend):
         if self._conn is None or self._pid != os.getpid():
             if self._conn is not None:
                 self._let_go_of_the_parents()
+            self._file_id = file_id(self.path)  # (refused before anything is opened: several names)
             self._conn = open_connection(self.path, self._busy_timeout, self._synchronous)
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
             self._pid = os.getpid()
-            self._file_id = file_id(self.path)
+            self._file_id = self._file_id or file_id(self.path)  # made by the connection
         return self._conn
 
     def _let_go_of_the_parents(self) -> None:
@@ -274,9 +275,14 @@ class EmbeddedBackend(Backend):
         first (one ``stat``), drops its handle and says so; the next command
         opens whatever file is at the path then, as a new process would.
         """
-        if self._file_id is None or file_id(self.path) == self._file_id:
-            return
         assert fcntl is not None and self._writer_file is not None
+        try:
+            now = file_id(self.path)
+        except errors.StoreFileError:  # given another name since it was opened: nothing written
+            fcntl.flock(self._writer_file, fcntl.LOCK_UN)
+            raise
+        if self._file_id is None or now == self._file_id:
+            return
         fcntl.flock(self._writer_file, fcntl.LOCK_UN)
         if self._conn is not None:
             self._conn.close()

@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -465,7 +466,8 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
         )
     now_ms: int = found[STORE_CLOCK]
     covered_ms = _covered_ms(log, now_ms, queue.receipts)
-    asked_ms = queue.receipts.age_ms if within is None else round(within * 1000)
+    # rounded up: a call made 1,003.4 ms ago may carry the oldest kept receipt's millisecond
+    asked_ms = queue.receipts.age_ms if within is None else math.ceil(within * 1000)
     if covered_ms >= asked_ms:
         return Outcome(
             txn_id=txn_id,

@@ -254,6 +254,20 @@ def test_a_receipt_dropped_in_the_millisecond_of_the_oldest_kept_leaves_its_call
     assert _values(queue) == ["a", 0, 1, 2]
 
 
+def test_a_window_asked_in_fractions_of_a_millisecond_is_rounded_up(store: Store) -> None:
+    """Asked about the last 1.0034 s, with the oldest receipt kept 1,004 ms old: a call made
+    1,003.4 ms ago may carry that receipt's millisecond, and have been dropped beside it."""
+    if store.clock is None:
+        pytest.skip("needs a store clock the test sets to the millisecond (the embedded store's)")
+    queue = store.new_queue(capacity=30, slots_per_record=10, receipts=3)
+    queue.enqueue("a", txn_id="first")
+    for index in range(3):  # all in one millisecond with "first", which is dropped by count
+        queue.enqueue(index, txn_id=f"other{index}")
+    store.advance(1.004)
+    assert queue.outcome("first", within=1.0034).state == "unknown"  # not "not committed"
+    assert queue.outcome("first", within=1.002).state == "not committed"
+
+
 @pytest.mark.parametrize("appends", APPENDS)
 def test_the_receipt_log_stays_bounded_and_says_when_it_cannot_answer(store: Store, appends: str) -> None:
     queue = store.new_queue(appends=appends, capacity=60, slots_per_record=10, receipts=5)

@@ -359,6 +359,27 @@ def test_a_process_stopped_inside_a_command_holds_writers_up_for_busy_timeout_no
     assert backend.get(RecordKey("test", "s", "held")) is None
 
 
+def test_info_does_not_wait_out_a_writer_stopped_inside_a_command(tmp_path: Path) -> None:
+    """info() walks the published prefix and leaves a hint for the next reader: that hint is not worth
+    waiting the busy timeout for (every info, and the CLI's info and stats, took it)."""
+    path = str(tmp_path / "store.db")
+    backend = EmbeddedBackend(path, busy_timeout=3.0)
+    queue = Queue.create(backend, "q", capacity=1000, slots_per_record=10)
+    queue.enqueue_batch(list(range(100)))
+    ready = multiprocessing.get_context("fork").Event()
+    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
+    stopped.start()
+    try:
+        assert ready.wait(10)
+        started = time.monotonic()
+        fresh = Queue.open(EmbeddedBackend(path, busy_timeout=3.0), "q")
+        assert fresh.info().size == 100 and fresh.info().size == 100
+        assert time.monotonic() - started < 1.5
+    finally:
+        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        stopped.join()
+
+
 def test_a_batch_of_commands_may_hold_commands_that_only_read(store: Store, key: RecordKey) -> None:
     other = RecordKey("test", "backend-tests", uuid.uuid4().hex)
     missing = RecordKey("test", "backend-tests", uuid.uuid4().hex)

@@ -213,7 +213,9 @@ class PrefixReader:
         self.settled_end = max(self.settled_end, end)
         if end - published >= self.shape.slots_per_record:
             self.counters.bump("commands")
-            with contextlib.suppress(errors.LargeQueueError):  # a hint: the next reader settles a little more
+            # a hint: the next reader settles a little more. Not waited for: a reader (info(), say)
+            # must not wait out a writer stopped inside a command for a hint
+            with contextlib.suppress(errors.LargeQueueError), self.backend.waiting_at_most(0.0):
                 self.backend.operate(
                     self.keys.metadata,
                     [Compute(rec.PUBLISHED, _PUBLISHED_AT_LEAST, {"published": end})],

@@ -304,6 +304,9 @@ def delete(backend: Backend, name: str, namespace: str | None) -> bool:
         # The mark is guarded by the incarnation read: a record that changed since (another
         # delete finished, and the name was created again) is read again, and its own shape is
         # what the buffers to remove are counted from.
+        first = next(_existing_buffers(record.bins, name, namespace), None)
+        if first is not None:  # a store without the buffers' namespace refuses it before anything is marked
+            backend.get(first)
         incarnation = record.bins.get(rec.INCARNATION)
         marks = {rec.DELETING: 1, rec.INCARNATION: _DELETING}
         try:

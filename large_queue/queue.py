@@ -523,9 +523,11 @@ class Queue:
         is published or the time is up: one read of the metadata record per
         poll, polls backing off from 5 ms to 0.1 s (see :mod:`large_queue._waiting`:
         at most 10 a second however the calls come). A lock held by another
-        consumer (one that died holding it, say) is waited for until the time
-        is up too, not longer: then nothing is returned. ``GroupsInUseError``
-        if the queue is consumed by consumer groups.
+        consumer (one that died holding it, say), or an embedded store's file
+        held by a process stopped inside a command, is waited for until the
+        time is up too, not longer: then nothing is returned, as for an empty
+        queue (``info()`` tells them apart). ``GroupsInUseError`` if the queue
+        is consumed by consumer groups.
         """
         positive_int("max_entries", max_entries)
         txn = _txn_id(txn_id)

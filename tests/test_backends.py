@@ -1039,3 +1039,14 @@ def test_a_store_file_with_several_names_is_refused_before_anything_is_written(t
     os.symlink(first, tmp_path / "c.db")  # a symbolic link is the same name to SQLite: fine
     assert Queue.open(EmbeddedBackend(tmp_path / "c.db"), "q").info().size == 0
     store.close()
+
+
+def test_a_delete_through_a_store_without_the_buffers_namespace_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ns.db"
+    both = EmbeddedBackend(path, namespaces=("a", "b"))
+    queue = Queue.create(both, "q", capacity=100, namespace="a", buffer_namespace="b")
+    queue.enqueue(1)
+    with pytest.raises(errors.NamespaceNotFoundError, match="'b'"):
+        Queue.delete(EmbeddedBackend(path, namespaces=("a",)), "q", namespace="a")
+    assert Queue.open(both, "q", namespace="a").dequeue().value == 1  # type: ignore[union-attr]
+    assert Queue.delete(both, "q", namespace="a")

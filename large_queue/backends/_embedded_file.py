@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from large_queue import errors
@@ -139,7 +140,7 @@ def file_id(path: Path) -> tuple[int, int] | None:
         found = os.stat(path)
     except OSError:
         return None
-    if found.st_nlink > 1:
+    if found.st_nlink > 1 and stat.S_ISREG(found.st_mode):  # (a directory has several: refused elsewhere)
         raise errors.StoreFileError(
             f"store file {path} has {found.st_nlink} names (hard links): SQLite keeps its write-ahead log"
             " beside each name, so processes using different names would overwrite each other's writes;"

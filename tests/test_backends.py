@@ -1050,3 +1050,30 @@ def test_a_delete_through_a_store_without_the_buffers_namespace_changes_nothing(
         Queue.delete(EmbeddedBackend(path, namespaces=("a",)), "q", namespace="a")
     assert Queue.open(both, "q", namespace="a").dequeue().value == 1  # type: ignore[union-attr]
     assert Queue.delete(both, "q", namespace="a")
+
+
+def _made_anew(path: str) -> None:
+    queue = Queue.create(EmbeddedBackend(path), "q", capacity=100)
+    queue.enqueue_batch(["b", "c"])
+
+
+def test_a_process_that_only_reads_finds_its_file_deleted_and_made_anew(tmp_path: Path) -> None:
+    """A consumer polling an empty queue only reads: it found out only at a write, so it read the
+    deleted file for ever while the file at the path filled up."""
+    path = tmp_path / "s.db"
+    queue = Queue.create(EmbeddedBackend(path), "q", capacity=100)
+    queue.enqueue("a")
+    assert queue.dequeue().value == "a"  # type: ignore[union-attr]
+    assert queue.dequeue(timeout=0.2) is None  # idle: reads only from here on
+    for made in tmp_path.iterdir():
+        made.unlink()
+    maker = multiprocessing.get_context("fork").Process(target=_made_anew, args=(str(path),))
+    maker.start()
+    maker.join()
+    deadline = time.monotonic() + 10
+    with pytest.raises(errors.StoreFileError, match="was deleted or replaced"):
+        while time.monotonic() < deadline:
+            queue.dequeue(timeout=0.2)
+    with pytest.raises(errors.QueueNotFoundError, match="created again"):  # the new file: another queue
+        queue.dequeue(timeout=0.2)
+    assert [e.value for e in Queue.open(EmbeddedBackend(path), "q").dequeue_batch(5)] == ["b", "c"]

@@ -98,6 +98,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+#: seconds between the looks of a process that only reads at whether its file is still at the path
+_LOOK_AT_THE_FILE_EVERY = 1.0
 #: Aerospike keeps a record's generation in 16 bits, and goes from the last to 1 (0 is "no record")
 _LAST_GENERATION = 0xFFFF
 
@@ -163,6 +165,7 @@ class EmbeddedBackend(Backend):
         self._writer_file: IO[bytes] | None = None
         self._pid = -1
         self._file_id: tuple[int, int] | None = None  # device and inode of the file the connection opened
+        self._look_again_at = 0.0  # when a command looks again at whether the file is still at the path
         self._refused: set[RecordKey] = set()  # records whose last guarded write from here was refused
         self._decoder = RecordDecoder()
         self._good_bins: set[str] = set()  # bin names already found valid (a queue uses a dozen)
@@ -203,6 +206,22 @@ class EmbeddedBackend(Backend):
             self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
             self._pid = os.getpid()
             self._file_id = self._file_id or file_id(self.path)  # made by the connection
+            self._look_again_at = time.monotonic() + _LOOK_AT_THE_FILE_EVERY
+        elif self._group is None and (now := time.monotonic()) >= self._look_again_at:
+            # A process that only reads (a consumer polling an empty queue) never takes the writer
+            # lock, where the file is looked at: it would read a deleted file for ever, while
+            # another process makes a new one at the path and fills it.
+            self._look_again_at = now + _LOOK_AT_THE_FILE_EVERY
+            if self._file_id is not None and file_id(self.path) != self._file_id:
+                self._conn.close()
+                if self._writer_file is not None:
+                    self._writer_file.close()
+                self._conn, self._writer_file, self._file_id = None, None, None
+                raise errors.StoreFileError(
+                    f"store file {self.path} was deleted or replaced while this process had it open:"
+                    " the next command opens the file that is there now (or makes a new one)",
+                    code=-1,
+                )
         return self._conn
 
     def _let_go_of_the_parents(self) -> None:

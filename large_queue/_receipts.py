@@ -467,7 +467,7 @@ def outcome(queue: Queue, txn_id: str, within: float | None) -> Outcome:
     now_ms: int = found[STORE_CLOCK]
     covered_ms = _covered_ms(log, now_ms, queue.receipts)
     # rounded up: a call made 1,003.4 ms ago may carry the oldest kept receipt's millisecond
-    asked_ms = queue.receipts.age_ms if within is None else math.ceil(within * 1000)
+    asked_ms = queue.receipts.age_ms if within is None else math.ceil(round(within * 1000, 6))  # (16.1 s)
     if covered_ms >= asked_ms:
         return Outcome(
             txn_id=txn_id,

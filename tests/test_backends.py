@@ -1077,3 +1077,63 @@ def test_a_process_that_only_reads_finds_its_file_deleted_and_made_anew(tmp_path
     with pytest.raises(errors.QueueNotFoundError, match="created again"):  # the new file: another queue
         queue.dequeue(timeout=0.2)
     assert [e.value for e in Queue.open(EmbeddedBackend(path), "q").dequeue_batch(5)] == ["b", "c"]
+
+
+def test_a_queue_whose_first_buffer_record_is_damaged_can_still_be_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    store = EmbeddedBackend(path)
+    Queue.create(store, "q", capacity=100, slots_per_record=10).enqueue_batch(list(range(5)))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE records SET bins = ? WHERE user_key LIKE '%buffer-0'", (b"\xc1garbage",))
+    assert Queue.delete(store, "q")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM records").fetchone() == (0,)
+
+
+def test_a_reader_that_may_not_create_the_file_does_not_make_it_anew_once_it_is_gone(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    Queue.create(EmbeddedBackend(path), "q", capacity=100).enqueue("a")
+    queue = Queue.open(EmbeddedBackend(path, create=False), "q")
+    assert queue.info().size == 1
+    for made in tmp_path.iterdir():
+        made.unlink()
+    time.sleep(1.1)  # past the reader's next look at the file
+    with pytest.raises(errors.StoreFileError, match="was deleted or replaced"):
+        queue.info()
+    with pytest.raises(errors.StoreFileError, match="there is no store file at"):
+        queue.info()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_goes_on_while_the_file_has_another_name_which_only_writes_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    queue = Queue.create(EmbeddedBackend(path), "q", capacity=100)
+    queue.enqueue("a")
+    os.link(path, tmp_path / "backup.db")
+    time.sleep(1.1)  # past the reader's next look at the file
+    assert queue.info().size == 1 and queue.get(0).value == "a"  # type: ignore[union-attr]
+    with pytest.raises(errors.StoreFileError, match="has 2 names"):
+        queue.enqueue("b")
+
+
+def test_a_store_opened_through_a_symbolic_link_shares_the_files_writer_lock(tmp_path: Path) -> None:
+    """SQLite names the log after the file a link points to; the writer lock goes with it too, so a
+    process using the link does not wait out SQLite's busy timeout behind one using the file's name."""
+    path = str(tmp_path / "real.db")
+    os.symlink(path, tmp_path / "link.db")
+    queue = Queue.create(EmbeddedBackend(path, busy_timeout=3.0), "q", capacity=1000, slots_per_record=10)
+    queue.enqueue_batch(list(range(100)))
+    ready = multiprocessing.get_context("fork").Event()
+    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
+    stopped.start()
+    try:
+        assert ready.wait(10)
+        linked = Queue.open(EmbeddedBackend(tmp_path / "link.db", busy_timeout=3.0), "q")
+        started = time.monotonic()
+        assert linked.info().size == 100
+        assert time.monotonic() - started < 1.5  # its hint write does not wait for the lock
+        with pytest.raises(errors.BackendBusyError, match="stayed locked by another process"):
+            linked.enqueue("late")  # the store's own writer lock, the one the stopped process holds
+    finally:
+        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        stopped.join()

@@ -268,6 +268,14 @@ def test_a_window_asked_in_fractions_of_a_millisecond_is_rounded_up(store: Store
     assert queue.outcome("first", within=1.002).state == "not committed"
 
 
+def test_a_window_as_long_as_the_receipt_ttl_is_answered_whatever_its_float(store: Store) -> None:
+    """16.1 * 1000 is 16100.000000000002 as a float: rounded up whole, the window passed the TTL, which
+    the log never covers, so the answer was always "unknown"."""
+    queue = store.new_queue(capacity=30, slots_per_record=10, receipts=10, receipt_ttl=16.1)
+    queue.enqueue("a", txn_id="one")
+    assert queue.outcome("never", within=16.1).state == "not committed"
+
+
 @pytest.mark.parametrize("appends", APPENDS)
 def test_the_receipt_log_stays_bounded_and_says_when_it_cannot_answer(store: Store, appends: str) -> None:
     queue = store.new_queue(appends=appends, capacity=60, slots_per_record=10, receipts=5)

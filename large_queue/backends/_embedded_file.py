@@ -121,7 +121,7 @@ def let_go(inherited: sqlite3.Connection) -> None:
         inherited.close()
 
 
-def file_id(path: Path) -> tuple[int, int] | None:
+def file_id(path: Path, *, names: bool = True) -> tuple[int, int] | None:
     """The device and inode of the file at ``path`` (None if there is none).
 
     ``StoreFileError`` if the file has other names (hard links): SQLite
@@ -135,12 +135,15 @@ def file_id(path: Path) -> tuple[int, int] | None:
              pages over A's (acknowledged entries gone), or is damaged.
 
     A symbolic link is one name: SQLite opens the file it points to.
+    ``names=False``: the file's names are not looked at.
     """
     try:
         found = os.stat(path)
     except OSError:
         return None
-    if found.st_nlink > 1 and stat.S_ISREG(found.st_mode):  # (a directory has several: refused elsewhere)
+    if (
+        names and found.st_nlink > 1 and stat.S_ISREG(found.st_mode)
+    ):  # (a directory has several: refused elsewhere)
         raise errors.StoreFileError(
             f"store file {path} has {found.st_nlink} names (hard links): SQLite keeps its write-ahead log"
             " beside each name, so processes using different names would overwrite each other's writes;"

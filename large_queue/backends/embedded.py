@@ -173,6 +173,7 @@ class EmbeddedBackend(Backend):
         self._group_ref: weakref.ref[Group] | None = None
         #: the command open outside a group (so that one left without its end is seen)
         self._txn_ref: weakref.ref[Transaction] | None = None
+        self._create = create
         if not create and not self.path.is_file():
             raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
         try:
@@ -202,8 +203,11 @@ class EmbeddedBackend(Backend):
             if self._conn is not None:
                 self._let_go_of_the_parents()
             self._file_id = file_id(self.path)  # (refused before anything is opened: several names)
+            if self._file_id is None and not self._create:  # gone since: not made anew here either
+                raise errors.StoreFileError(f"there is no store file at {self.path}", code=-1)
             self._conn = open_connection(self.path, self._busy_timeout, self._synchronous)
-            self._writer_file = open(f"{self.path}.writer-lock", "ab")  # noqa: SIM115 (kept open)
+            # named after the file itself, as SQLite names its log: one lock whatever link opened it
+            self._writer_file = open(f"{os.path.realpath(self.path)}.writer-lock", "ab")  # noqa: SIM115
             self._pid = os.getpid()
             self._file_id = self._file_id or file_id(self.path)  # made by the connection
             self._look_again_at = time.monotonic() + _LOOK_AT_THE_FILE_EVERY
@@ -212,7 +216,7 @@ class EmbeddedBackend(Backend):
             # lock, where the file is looked at: it would read a deleted file for ever, while
             # another process makes a new one at the path and fills it.
             self._look_again_at = now + _LOOK_AT_THE_FILE_EVERY
-            if self._file_id is not None and file_id(self.path) != self._file_id:
+            if self._file_id is not None and file_id(self.path, names=False) != self._file_id:
                 self._conn.close()
                 if self._writer_file is not None:
                     self._writer_file.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -334,6 +335,20 @@ def _stop_inside_a_command(path: str, ready: Any) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)  # stopped inside its command: it never ends on its own
 
 
+@contextlib.contextmanager
+def _a_writer_stopped_inside_a_command(path: str) -> Iterator[None]:
+    """Another process stopped inside a command on the store at ``path``, for the body's length."""
+    ready = multiprocessing.get_context("fork").Event()
+    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
+    stopped.start()
+    try:
+        assert ready.wait(10)
+        yield
+    finally:
+        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        stopped.join()
+
+
 def test_a_process_stopped_inside_a_command_holds_writers_up_for_busy_timeout_not_forever(
     tmp_path: Path,
 ) -> None:
@@ -366,18 +381,11 @@ def test_info_does_not_wait_out_a_writer_stopped_inside_a_command(tmp_path: Path
     backend = EmbeddedBackend(path, busy_timeout=3.0)
     queue = Queue.create(backend, "q", capacity=1000, slots_per_record=10)
     queue.enqueue_batch(list(range(100)))
-    ready = multiprocessing.get_context("fork").Event()
-    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
-    stopped.start()
-    try:
-        assert ready.wait(10)
+    with _a_writer_stopped_inside_a_command(path):
         started = time.monotonic()
         fresh = Queue.open(EmbeddedBackend(path, busy_timeout=3.0), "q")
         assert fresh.info().size == 100 and fresh.info().size == 100
         assert time.monotonic() - started < 1.5
-    finally:
-        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        stopped.join()
 
 
 def test_a_batch_of_commands_may_hold_commands_that_only_read(store: Store, key: RecordKey) -> None:
@@ -1123,17 +1131,10 @@ def test_a_store_opened_through_a_symbolic_link_shares_the_files_writer_lock(tmp
     os.symlink(path, tmp_path / "link.db")
     queue = Queue.create(EmbeddedBackend(path, busy_timeout=3.0), "q", capacity=1000, slots_per_record=10)
     queue.enqueue_batch(list(range(100)))
-    ready = multiprocessing.get_context("fork").Event()
-    stopped = multiprocessing.get_context("fork").Process(target=_stop_inside_a_command, args=(path, ready))
-    stopped.start()
-    try:
-        assert ready.wait(10)
+    with _a_writer_stopped_inside_a_command(path):
         linked = Queue.open(EmbeddedBackend(tmp_path / "link.db", busy_timeout=3.0), "q")
         started = time.monotonic()
         assert linked.info().size == 100
         assert time.monotonic() - started < 1.5  # its hint write does not wait for the lock
         with pytest.raises(errors.BackendBusyError, match="stayed locked by another process"):
             linked.enqueue("late")  # the store's own writer lock, the one the stopped process holds
-    finally:
-        os.kill(stopped.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        stopped.join()

@@ -217,16 +217,21 @@ class EmbeddedBackend(Backend):
             # another process makes a new one at the path and fills it.
             self._look_again_at = now + _LOOK_AT_THE_FILE_EVERY
             if self._file_id is not None and file_id(self.path, names=False) != self._file_id:
-                self._conn.close()
-                if self._writer_file is not None:
-                    self._writer_file.close()
-                self._conn, self._writer_file, self._file_id = None, None, None
-                raise errors.StoreFileError(
-                    f"store file {self.path} was deleted or replaced while this process had it open:"
-                    " the next command opens the file that is there now (or makes a new one)",
-                    code=-1,
-                )
+                raise self._let_go_of_a_file_gone("")
         return self._conn
+
+    def _let_go_of_a_file_gone(self, written: str) -> errors.StoreFileError:
+        """Close this process's handles on a file no longer at the path; the error that says so."""
+        if self._conn is not None:
+            self._conn.close()
+        if self._writer_file is not None:
+            self._writer_file.close()
+        self._conn, self._writer_file, self._file_id = None, None, None
+        return errors.StoreFileError(
+            f"store file {self.path} was deleted or replaced while this process had it open:{written}"
+            " the next command opens the file that is there now (or makes a new one)",
+            code=-1,
+        )
 
     def _let_go_of_the_parents(self) -> None:
         """In a forked child: the connection and writer file copied from the parent, closed (see
@@ -307,15 +312,7 @@ class EmbeddedBackend(Backend):
         if self._file_id is None or now == self._file_id:
             return
         fcntl.flock(self._writer_file, fcntl.LOCK_UN)
-        if self._conn is not None:
-            self._conn.close()
-        self._writer_file.close()
-        self._conn, self._writer_file, self._file_id = None, None, None
-        raise errors.StoreFileError(
-            f"store file {self.path} was deleted or replaced while this process had it open: nothing was"
-            " written; the next command opens the file that is there now (or makes a new one)",
-            code=-1,
-        )
+        raise self._let_go_of_a_file_gone(" nothing was written;")
 
     @contextlib.contextmanager
     def waiting_at_most(self, seconds: float | None) -> Iterator[None]:
